@@ -1,0 +1,279 @@
+"""AWS Batch multi-node parallel (MNP) job definitions for a stack.
+
+:func:`build_job_definition` returns the request body of Batch ``RegisterJobDefinition``: a
+``multinode`` job whose one node range (``0:``) runs the stack image, pinned by digest, on every
+node, with the instance type's GPUs, vCPUs and memory, one ``/dev/infiniband/uverbsN`` device per
+EFA interface, an unlimited memlock ulimit, a sized ``/dev/shm`` and the ``MNP_*`` settings the
+in-container entrypoint reads. The result is checked against botocore's own Batch model before it
+is returned, so a malformed definition fails here and not at ``RegisterJobDefinition`` time.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+import botocore.session
+from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
+from botocore.model import Shape
+from botocore.validate import validate_parameters
+
+from matrix.errors import UserError
+from matrix.instances import InstanceType, get_instance_type, job_memory_mib
+
+DEFAULT_WAIT_TIMEOUT_S = 600
+SECRET_ENV_NAME = "MNP_SECRET"
+
+# Batch containers: ulimits as set by aws-samples/awsome-distributed-training's Batch templates.
+ULIMITS = (
+    {"name": "memlock", "softLimit": -1, "hardLimit": -1},
+    {"name": "stack", "softLimit": 67108864, "hardLimit": 67108864},
+    {"name": "nofile", "softLimit": 1024000, "hardLimit": 1024000},
+)
+
+_DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SECRET_ARN = re.compile(r"^arn:aws[a-z-]*:(secretsmanager|ssm):[a-z0-9-]+:\d{12}:\S+$")
+_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/\S+$")
+
+
+def is_pinned(image_uri: str) -> bool:
+    """True when ``image_uri`` names its image by digest (``repo@sha256:<64 hex>``)."""
+    return bool(_DIGEST_REF.match(image_uri))
+
+
+def pin_image(image_uri: str, client: Any = None, auth_config: dict | None = None) -> str:
+    """``image_uri`` by digest: returned as is when pinned, else resolved from the registry.
+
+    Resolution asks the Docker engine (``client``, a ``docker.DockerClient``) for the registry's
+    current manifest digest of the tag, so the job definition names exactly the image the tag
+    points at now; later tag moves do not change what the job runs.
+    """
+    if is_pinned(image_uri):
+        return image_uri
+    if client is None:
+        raise UserError(
+            f"--image-uri {image_uri!r} has no digest; give it as repo@sha256:<digest> "
+            "or let the tool resolve the tag from the registry"
+        )
+    import docker.errors
+    from docker.utils import parse_repository_tag
+
+    repo, _tag = parse_repository_tag(image_uri)
+    try:
+        digest = client.images.get_registry_data(image_uri, auth_config=auth_config).id
+    except docker.errors.APIError as exc:
+        reason = exc.explanation or str(exc)
+        raise UserError(f"--image-uri {image_uri!r}: cannot resolve its digest: {reason}") from None
+    return f"{repo.split('@', 1)[0]}@{digest}"
+
+
+def _efa_devices(count: int) -> list[dict[str, Any]]:
+    """One device entry per EFA interface; containerPath must equal hostPath (Batch efa.html)."""
+    return [
+        {
+            "hostPath": f"/dev/infiniband/uverbs{index}",
+            "containerPath": f"/dev/infiniband/uverbs{index}",
+            "permissions": ["READ", "WRITE", "MKNOD"],
+        }
+        for index in range(count)
+    ]
+
+
+def _resources(instance: InstanceType) -> list[dict[str, str]]:
+    """Batch resourceRequirements: whole-instance VCPU and MEMORY, plus GPU on NVIDIA types."""
+    resources = [
+        {"type": "VCPU", "value": str(instance.vcpus)},
+        {"type": "MEMORY", "value": str(job_memory_mib(instance))},
+    ]
+    if instance.gpus:
+        resources.append({"type": "GPU", "value": str(instance.gpus)})
+    return resources
+
+
+def mnp_environment(
+    instance: InstanceType,
+    launcher: str,
+    fabric: str | None,
+    wait_timeout_s: int,
+    extra: Mapping[str, str] | None,
+) -> dict[str, str]:
+    """The ``MNP_*`` settings for the entrypoint, then ``extra`` (which may override them).
+
+    ``AWS_BATCH_*`` names are reserved by Batch and ``MNP_SECRET`` must come from Secrets
+    Manager, so both are refused in ``extra``.
+    """
+    env = {
+        "MNP_LAUNCHER": launcher,
+        "MNP_FABRIC": fabric or ("efa" if instance.has_efa else "tcp"),
+        "MNP_SLOTS_PER_NODE": str(instance.slots_per_node()),
+        "MNP_WAIT_TIMEOUT": str(wait_timeout_s),
+        "MNP_EFA_DEVICES": str(instance.efa_interfaces),
+    }
+    if instance.efa_rdma_read and env["MNP_FABRIC"] == "efa":
+        env["FI_EFA_USE_DEVICE_RDMA"] = "1"
+    for name, value in (extra or {}).items():
+        if not _ENV_NAME.match(name):
+            raise UserError(f"--env {name!r}: not a valid environment variable name")
+        if name.startswith("AWS_BATCH_"):
+            raise UserError(f"--env {name}: the AWS_BATCH_ prefix is reserved by AWS Batch")
+        if name == SECRET_ENV_NAME:
+            raise UserError(f"--env {name}: pass the secret with --secret-arn, not in plain text")
+        env[name] = str(value)
+    return env
+
+
+def default_job_definition_name(stack: str, nodes: int, instance_type: str) -> str:
+    """``mnp-<stack>-<N>x-<type>`` with characters Batch does not allow replaced by ``-``."""
+    raw = f"mnp-{stack}-{nodes}x-{instance_type}"
+    return re.sub(r"[^A-Za-z0-9_-]", "-", raw)[:128]
+
+
+def build_job_definition(
+    stack: str,
+    nodes: int,
+    instance_type: str,
+    image_uri: str,
+    secret_arn: str | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    launcher: str = "mpirun",
+    fabric: str | None = None,
+    wait_timeout_s: int = DEFAULT_WAIT_TIMEOUT_S,
+    execution_role_arn: str | None = None,
+    job_role_arn: str | None = None,
+    command: Sequence[str] | None = None,
+    name: str | None = None,
+    attempt_timeout_s: int | None = None,
+) -> dict[str, Any]:
+    """The Batch ``RegisterJobDefinition`` request: ``nodes`` x ``instance_type`` running ``stack``.
+
+    ``image_uri`` must be pinned by digest (see :func:`pin_image`). ``secret_arn`` (a Secrets
+    Manager or SSM parameter ARN) becomes the ``MNP_SECRET`` variable through ``secrets``; Batch
+    reads it with the job's execution role, so ``execution_role_arn`` is then required.
+    ``fabric`` defaults to ``efa`` on types with EFA and ``tcp`` otherwise. ``command`` overrides
+    the image's CMD (the entrypoint stays). Raises :class:`UserError` on bad input.
+    """
+    instance = get_instance_type(instance_type)
+    if nodes < 1:
+        raise UserError(f"--nodes {nodes}: a multi-node job needs at least 1 node")
+    if not is_pinned(image_uri):
+        raise UserError(f"--image-uri {image_uri!r} must name the image by digest (@sha256:...)")
+    if fabric == "efa" and not instance.has_efa:
+        raise UserError(f"--fabric efa: {instance.name} has no EFA interface")
+
+    container: dict[str, Any] = {
+        "image": image_uri,
+        "instanceType": instance.name,
+        "resourceRequirements": _resources(instance),
+        "linuxParameters": {
+            "devices": _efa_devices(instance.efa_interfaces),
+            "sharedMemorySize": instance.shm_mib,
+        },
+        "ulimits": [dict(limit) for limit in ULIMITS],
+        "environment": [
+            {"name": key, "value": value}
+            for key, value in sorted(
+                mnp_environment(instance, launcher, fabric, wait_timeout_s, env).items()
+            )
+        ],
+    }
+    if not container["linuxParameters"]["devices"]:
+        del container["linuxParameters"]["devices"]
+    if instance.hpus:
+        # Gaudi devices are not a Batch resource; the DL1 workshop job runs privileged.
+        container["privileged"] = True
+    if command:
+        container["command"] = list(command)
+    if secret_arn:
+        container["secrets"] = [{"name": SECRET_ENV_NAME, "valueFrom": _check_secret(secret_arn)}]
+        if not execution_role_arn:
+            raise UserError(
+                "--secret-arn needs --execution-role-arn: Batch reads secrets with the "
+                "job's execution role"
+            )
+    if execution_role_arn:
+        container["executionRoleArn"] = _check_role(execution_role_arn, "--execution-role-arn")
+    if job_role_arn:
+        container["jobRoleArn"] = _check_role(job_role_arn, "--job-role-arn")
+
+    definition: dict[str, Any] = {
+        "jobDefinitionName": name or default_job_definition_name(stack, nodes, instance.name),
+        "type": "multinode",
+        "platformCapabilities": ["EC2"],
+        "propagateTags": True,
+        "tags": {"mnp:stack": stack, "mnp:instance-type": instance.name},
+        "nodeProperties": {
+            "numNodes": nodes,
+            "mainNode": 0,
+            "nodeRangeProperties": [{"targetNodes": "0:", "container": container}],
+        },
+    }
+    if attempt_timeout_s is not None:
+        definition["timeout"] = {"attemptDurationSeconds": attempt_timeout_s}
+    validate_job_definition(definition)
+    return definition
+
+
+def _check_secret(arn: str) -> str:
+    """``arn`` if it looks like a Secrets Manager / SSM parameter ARN, else a UserError."""
+    if not _SECRET_ARN.match(arn):
+        raise UserError(f"--secret-arn {arn!r} is not a Secrets Manager or SSM parameter ARN")
+    return arn
+
+
+def _check_role(arn: str, flag: str) -> str:
+    """``arn`` if it looks like an IAM role ARN, else a UserError naming ``flag``."""
+    if not _ROLE_ARN.match(arn):
+        raise UserError(f"{flag} {arn!r} is not an IAM role ARN (arn:aws:iam::<account>:role/...)")
+    return arn
+
+
+@lru_cache(maxsize=1)
+def _register_input_shape() -> Shape:
+    """The Batch ``RegisterJobDefinition`` input shape from botocore's bundled service model."""
+    model = botocore.session.get_session().get_service_model("batch")
+    return model.operation_model("RegisterJobDefinition").input_shape
+
+
+def validate_job_definition(definition: Mapping[str, Any]) -> None:
+    """Check ``definition`` against botocore's Batch model (types, required keys, enums, ranges).
+
+    Also checks the MNP rules the model cannot express: a ``multinode`` type, ``mainNode``
+    inside ``numNodes``, and node ranges present.
+    """
+    try:
+        validate_parameters(dict(definition), _register_input_shape())
+    except ParamValidationError as exc:
+        detail = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        raise UserError(
+            f"job definition fails Batch RegisterJobDefinition validation: {detail}"
+        ) from None
+    nodes = definition.get("nodeProperties") or {}
+    if definition.get("type") != "multinode" or not nodes.get("nodeRangeProperties"):
+        raise UserError("job definition is not a multinode definition with node ranges")
+    if not 0 <= nodes.get("mainNode", -1) < nodes.get("numNodes", 0):
+        raise UserError("job definition: mainNode must be a node index below numNodes")
+
+
+def register_job_definition(definition: Mapping[str, Any], batch_client: Any = None) -> dict:
+    """Register ``definition`` with AWS Batch; returns ``{jobDefinitionName, jobDefinitionArn,
+    revision}``. ``batch_client`` defaults to ``boto3.client("batch")`` (region and credentials
+    from the usual AWS configuration)."""
+    validate_job_definition(definition)
+    if batch_client is None:
+        import boto3
+
+        batch_client = boto3.client("batch")
+    try:
+        response = batch_client.register_job_definition(**definition)
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        raise UserError(
+            f"Batch RegisterJobDefinition refused: {error.get('Code')}: {error.get('Message')}"
+        ) from None
+    except BotoCoreError as exc:
+        raise UserError(f"Batch RegisterJobDefinition failed: {exc}") from None
+    return {key: response[key] for key in ("jobDefinitionName", "jobDefinitionArn", "revision")}

@@ -1,0 +1,362 @@
+"""Publish a built stack to a registry.
+
+A stack is a chain of layer images, each tagged by the hash of its build inputs
+(``repo:<content tag>``), the last of which is the stack's final image (also ``repo:<stack>``).
+:func:`push_stack` publishes it in two phases:
+
+1. every layer image under its content tag, skipping tags the registry already has (a content
+   tag names its inputs, so it never needs re-pushing, and immutable repositories refuse it);
+2. only when every layer is in, the final image under ``<stack>-<git sha>`` and ``<stack>``.
+
+After each push the manifest digest is read back from the registry through the engine and must
+equal the digest the engine reported. The final image must have passed its tests
+(:mod:`matrix.testrecord`) unless ``force`` is given. Transient registry failures are retried with
+exponential backoff; a registry that stays down ends the push with one :class:`UserError`, and
+running the push again later resumes where it stopped (finished tags are skipped).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import docker
+import docker.errors
+from docker.utils import parse_repository_tag
+
+from matrix import ecr
+from matrix.errors import UserError
+from matrix.testrecord import DEFAULT_STATE_DIR, has_passed
+
+Log = Callable[[str], None]
+
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(?::\d+)?(?:/[a-z0-9._/-]+)?$")
+# Push errors that retrying cannot fix.
+_PERMANENT = re.compile(
+    r"denied|unauthorized|authentication required|no basic auth credentials|"
+    r"name unknown|repository .* not found|manifest invalid|blob unknown to registry",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff for transient registry errors: ``attempts`` tries in all, waiting
+    ``first_delay_s``, then ``factor`` times longer each time, never more than ``max_delay_s``."""
+
+    attempts: int = 4
+    first_delay_s: float = 2.0
+    factor: float = 2.0
+    max_delay_s: float = 30.0
+
+    def delays(self) -> Iterable[float]:
+        """The waits between attempts (``attempts - 1`` of them)."""
+        delay = self.first_delay_s
+        for _ in range(self.attempts - 1):
+            yield min(delay, self.max_delay_s)
+            delay *= self.factor
+
+
+@dataclass(frozen=True)
+class TagPush:
+    """What happened to one remote tag.
+
+    ``action`` is ``pushed`` (sent now), ``present`` (the registry already had it, nothing sent)
+    or ``kept`` (an immutable tag already pointing elsewhere; left as it is). ``blobs_pushed``
+    counts layer blobs uploaded for it (0 unless pushed).
+    """
+
+    ref: str
+    digest: str
+    action: str
+    blobs_pushed: int = 0
+
+
+@dataclass
+class PushResult:
+    """The outcome of :func:`push_stack`: layer tags, then final tags, in push order."""
+
+    stack: str
+    registry: str
+    image_id: str
+    forced: bool
+    layers: list[TagPush] = field(default_factory=list)
+    final: list[TagPush] = field(default_factory=list)
+
+    @property
+    def pushed(self) -> list[TagPush]:
+        """Tags sent in this run."""
+        return [tag for tag in self.layers + self.final if tag.action == "pushed"]
+
+    @property
+    def blobs_pushed(self) -> int:
+        """Layer blobs uploaded in this run (0 when the registry already had everything)."""
+        return sum(tag.blobs_pushed for tag in self.layers + self.final)
+
+    @property
+    def image_digest_uri(self) -> str:
+        """The stack's final image by digest (``registry/repo@sha256:...``), for job definitions."""
+        last = self.final[0] if self.final else self.layers[-1]
+        return f"{last.ref.rsplit(':', 1)[0]}@{last.digest}"
+
+
+class _Transient(Exception):
+    """A registry error worth retrying (connection refused, 5xx, timeouts...)."""
+
+
+class _TagExists(Exception):
+    """The registry refused the push because the (immutable) tag already exists."""
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where to push: the registry base (host[:port][/prefix]) and the credentials to use."""
+
+    base: str
+    auth_config: dict[str, str] | None
+
+    def remote_repo(self, repo: str) -> str:
+        """``base/repo`` with any registry host already in ``repo`` dropped."""
+        return f"{self.base}/{_local_path(repo)}"
+
+
+def _local_path(repo: str) -> str:
+    """The repository path of a local reference, without a registry host if it has one."""
+    first, _, rest = repo.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return rest
+    return repo
+
+
+def _split_ref(ref: str, what: str) -> tuple[str, str]:
+    """``repo:tag`` -> (repo, tag); a reference without a tag is a UserError."""
+    repo, tag = parse_repository_tag(ref)
+    if not tag or "@" in repo:
+        raise UserError(f"{what} {ref!r} must be a tagged reference repo:tag")
+    return repo, tag
+
+
+def _local_image(client: docker.DockerClient, ref: str, stack: str) -> Any:
+    """The local image ``ref``; a missing one is a UserError that says how to build it."""
+    try:
+        return client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        raise UserError(
+            f"image {ref} is not in the local engine; run `invoke build --stack {stack}` first"
+        ) from None
+
+
+def _registry_base(registry: str) -> str:
+    """``registry`` without scheme or trailing slash, checked for shape."""
+    base = re.sub(r"^https?://", "", registry.strip()).rstrip("/")
+    if not base or not _REGISTRY.match(base):
+        raise UserError(f"--registry {registry!r} is not a registry host[:port][/path]")
+    return base
+
+
+def _prepare_target(registry: str, repos: Iterable[str], ecr_client: Any, log: Log) -> _Target:
+    """Credentials and repositories for ``registry``.
+
+    For ECR: a token from GetAuthorizationToken and every repository created when missing. For
+    any other registry: no explicit credentials, so the engine's own (``docker login``) apply.
+    """
+    base = _registry_base(registry)
+    target = ecr.parse_ecr_registry(base)
+    if target is None:
+        return _Target(base, None)
+    client = ecr_client if ecr_client is not None else ecr.ecr_client(target)
+    auth = ecr.get_auth_config(client, target)
+    for repo in dict.fromkeys(_local_path(repo) for repo in repos):
+        ecr.ensure_repository(client, target, target.repository_name(repo), log)
+    return _Target(base, auth)
+
+
+def _classify(message: str) -> Exception:
+    """The exception a registry error message stands for."""
+    if ecr.is_already_exists_error(message):
+        return _TagExists(message)
+    if _PERMANENT.search(message):
+        return UserError(f"registry refused the push: {message}")
+    return _Transient(message)
+
+
+def _remote_digest(client: docker.DockerClient, ref: str, target: _Target) -> str | None:
+    """The registry's manifest digest for ``ref``, or None when the tag does not exist."""
+    try:
+        return client.images.get_registry_data(ref, auth_config=target.auth_config).id
+    except docker.errors.NotFound:
+        return None
+    except docker.errors.APIError as exc:
+        raise _classify(str(exc.explanation or exc)) from None
+
+
+def _push_once(
+    client: docker.DockerClient, remote_repo: str, tag: str, target: _Target
+) -> tuple[str, int]:
+    """Push ``remote_repo:tag`` once; (digest the engine reported, blobs uploaded)."""
+    digest, blobs = None, 0
+    stream = client.images.push(
+        remote_repo, tag=tag, stream=True, decode=True, auth_config=target.auth_config
+    )
+    for event in stream:
+        if "error" in event:
+            raise _classify(str(event.get("errorDetail", {}).get("message") or event["error"]))
+        if event.get("status") == "Pushed":
+            blobs += 1
+        aux = event.get("aux") or {}
+        if aux.get("Digest") and aux.get("Tag") == tag:
+            digest = aux["Digest"]
+    if digest is None:
+        raise _Transient(f"push of {remote_repo}:{tag} ended without a digest")
+    return digest, blobs
+
+
+def _retrying(action: Callable[[], Any], what: str, policy: RetryPolicy, log: Log) -> Any:
+    """Run ``action``, retrying :class:`_Transient` errors with backoff; a UserError at the end."""
+    delays = iter(policy.delays())
+    while True:
+        try:
+            return action()
+        except _Transient as exc:
+            delay = next(delays, None)
+            if delay is None:
+                raise UserError(
+                    f"{what} failed after {policy.attempts} attempts: {exc} "
+                    "(tags already pushed stay; run the push again when the registry is back)"
+                ) from None
+            log(f"  registry error ({exc}); retrying in {delay:g}s")
+            time.sleep(delay)
+
+
+def _push_tag(
+    client: docker.DockerClient,
+    image: Any,
+    remote_repo: str,
+    tag: str,
+    target: _Target,
+    policy: RetryPolicy,
+    log: Log,
+    *,
+    content_tag: bool,
+) -> TagPush:
+    """Push ``image`` as ``remote_repo:tag``, verify the digest, and return what happened.
+
+    A tag the registry already has for this image is not pushed (see :func:`_holds`); an
+    immutable tag that already exists elsewhere is left as it is (``kept``).
+    """
+    ref = f"{remote_repo}:{tag}"
+
+    def registry_digest(doing: str) -> str | None:
+        return _retrying(lambda: _remote_digest(client, ref, target), f"{doing} {ref}", policy, log)
+
+    existing = registry_digest("checking")
+    if existing is not None and _holds(image, remote_repo, existing, content_tag=content_tag):
+        log(f"  present {ref} ({existing})")
+        return TagPush(ref, existing, "present")
+    image.tag(remote_repo, tag)
+    try:
+        digest, blobs = _retrying(
+            lambda: _push_once(client, remote_repo, tag, target), f"pushing {ref}", policy, log
+        )
+    except _TagExists:
+        current = registry_digest("checking")
+        log(f"  kept    {ref} ({current}): the registry's tags are immutable")
+        return TagPush(ref, current or "", "kept")
+    readback = registry_digest("verifying")
+    if readback != digest:
+        raise UserError(
+            f"digest mismatch for {ref}: the engine pushed {digest}, the registry has {readback}"
+        )
+    log(f"  pushed  {ref} ({digest}, {blobs} new blob{'s' if blobs != 1 else ''})")
+    return TagPush(ref, digest, "pushed", blobs)
+
+
+def _holds(image: Any, remote_repo: str, digest: str, *, content_tag: bool) -> bool:
+    """Whether the registry's ``digest`` already serves for ``image`` under this tag.
+
+    A content tag is satisfied by any image built from the same inputs, so its mere presence
+    counts. A stack tag must point at this very image: the digest must be one the engine
+    recorded for this image in ``remote_repo`` when it pushed or pulled it.
+    """
+    if content_tag:
+        return True
+    image.reload()
+    return f"{remote_repo}@{digest}" in (image.attrs.get("RepoDigests") or [])
+
+
+def _check_gate(image_id: str, stack: str, force: bool, state_dir: Path, log: Log) -> None:
+    """Refuse an untested image unless ``force``; with ``force``, say so loudly."""
+    if has_passed(image_id, state_dir):
+        return
+    if not force:
+        raise UserError(
+            f"stack {stack}: image {image_id} has no passing test record; "
+            f"run `invoke test --stack {stack}` (or push with --force in an emergency)"
+        )
+    banner = "!" * 78
+    log(banner)
+    log(f"WARNING: --force: pushing stack {stack} image {image_id} WITHOUT passing tests")
+    log(banner)
+
+
+def push_stack(
+    client: docker.DockerClient,
+    layer_refs: list[str],
+    final_ref: str,
+    stack: str,
+    registry: str,
+    git_sha: str,
+    *,
+    force: bool = False,
+    log: Log = print,
+    state_dir: Path = DEFAULT_STATE_DIR,
+    retry: RetryPolicy | None = None,
+    ecr_client: Any = None,
+) -> PushResult:
+    """Publish ``stack`` to ``registry``: layers by content tag, then ``<stack>-<git_sha>`` and
+    ``<stack>``.
+
+    ``layer_refs`` are local ``repo:<content tag>`` references in build order (base first);
+    the last is the same image as ``final_ref`` (``repo:<stack>``). ``registry`` is an ECR
+    registry (``<acct>.dkr.ecr.<region>.amazonaws.com[/prefix]``; credentials and repositories
+    through ``ecr_client`` or a boto3 client) or any ``host[:port][/prefix]`` (the engine's own
+    credentials). ``state_dir`` holds the test records; ``retry`` the backoff for transient
+    registry errors. Raises :class:`UserError` with one line on any failure.
+    """
+    if not layer_refs:
+        raise UserError(f"stack {stack}: no layer images to push")
+    if not _TAG.match(f"{stack}-{git_sha}"):
+        raise UserError(f"git sha {git_sha!r} does not make a valid tag for stack {stack}")
+    policy = retry or RetryPolicy()
+    layers = [(ref, *_split_ref(ref, "layer image")) for ref in layer_refs]
+    final_repo, _ = _split_ref(final_ref, "final image")
+    images = {ref: _local_image(client, ref, stack) for ref, _, _ in layers}
+    final_image = _local_image(client, final_ref, stack)
+    if final_image.id != images[layer_refs[-1]].id:
+        raise UserError(
+            f"stack {stack}: {final_ref} ({final_image.id}) is not the last layer "
+            f"{layer_refs[-1]} ({images[layer_refs[-1]].id}); rebuild the stack"
+        )
+    _check_gate(final_image.id, stack, force, state_dir, log)
+
+    repos = [repo for _, repo, _ in layers] + [final_repo]
+    target = _prepare_target(registry, repos, ecr_client, log)
+    result = PushResult(stack, target.base, final_image.id, forced=force)
+    log(f"pushing {len(layers)} layer image(s) of {stack} to {target.base}")
+    for ref, repo, tag in layers:
+        remote = target.remote_repo(repo)
+        result.layers.append(
+            _push_tag(client, images[ref], remote, tag, target, policy, log, content_tag=True)
+        )
+    log(f"all layers are in; tagging {stack}")
+    remote = target.remote_repo(final_repo)
+    for tag in (f"{stack}-{git_sha}", stack):
+        result.final.append(
+            _push_tag(client, final_image, remote, tag, target, policy, log, content_tag=False)
+        )
+    return result
