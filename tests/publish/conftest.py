@@ -1,0 +1,221 @@
+"""Fixtures for the publish tests: a real registry server and a tiny real image chain.
+
+The registry is Debian's ``docker-registry`` (docker/distribution) serving plain HTTP on a free
+loopback port with filesystem storage in a temporary folder; the Docker engine treats
+127.0.0.0/8 as an insecure registry, so it pushes there without TLS. Nothing is pulled: the image
+chain is built locally on top of ``debian:bookworm``, which must already be in the engine.
+"""
+
+from __future__ import annotations
+
+import http.client
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REGISTRY_BINARY = shutil.which("docker-registry") or "/usr/bin/docker-registry"
+BASE_IMAGE = "debian:bookworm"
+
+
+def _free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class LocalRegistry:
+    """A ``docker-registry serve`` process that can be stopped and started again on the same
+    port and storage (to simulate an outage)."""
+
+    root: Path
+    port: int = field(default_factory=_free_port)
+    process: subprocess.Popen | None = None
+
+    @property
+    def host(self) -> str:
+        """``127.0.0.1:<port>``, the registry part of image references."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        """The server's combined output, including one access-log line per HTTP request."""
+        return self.root / "registry.log"
+
+    def _write_config(self) -> Path:
+        config = self.root / "config.yml"
+        config.write_text(
+            "version: 0.1\n"
+            "log:\n  level: info\n"
+            f"storage:\n  filesystem:\n    rootdirectory: {self.root / 'data'}\n"
+            f"http:\n  addr: {self.host}\n  secret: {secrets.token_hex(16)}\n",
+            encoding="utf-8",
+        )
+        return config
+
+    def start(self) -> None:
+        """Start the server and wait until ``/v2/`` answers."""
+        config = self._write_config()
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [REGISTRY_BINARY, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT
+            )
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"docker-registry exited: {self.log_path.read_text()[-2000:]}")
+            try:
+                if self.get("/v2/").status == 200:
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("docker-registry did not come up within 15 s")
+
+    def stop(self) -> None:
+        """Stop the server (the storage stays)."""
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def get(self, path: str, headers: dict[str, str] | None = None, method: str = "GET"):
+        """One HTTP request to the registry API; the response, body read."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+        try:
+            conn.request(method, path, headers=headers or {})
+            response = conn.getresponse()
+            response.body = response.read()
+            return response
+        finally:
+            conn.close()
+
+    def manifest_digest(self, repo: str, reference: str) -> str | None:
+        """The registry's own ``Docker-Content-Digest`` for ``repo:reference`` (None if absent)."""
+        accept = (
+            "application/vnd.docker.distribution.manifest.v2+json, "
+            "application/vnd.oci.image.manifest.v1+json"
+        )
+        response = self.get(f"/v2/{repo}/manifests/{reference}", {"Accept": accept}, "HEAD")
+        return response.getheader("Docker-Content-Digest") if response.status == 200 else None
+
+    def log_size(self) -> int:
+        """Current length of the server log, to look only at requests after this point."""
+        return self.log_path.stat().st_size if self.log_path.exists() else 0
+
+    def requests_since(self, offset: int) -> list[str]:
+        """The HTTP request lines (``"METHOD /v2/... HTTP/1.1"``) logged after ``offset``."""
+        with self.log_path.open("rb") as log:
+            log.seek(offset)
+            text = log.read().decode(errors="replace")
+        lines = []
+        for line in text.splitlines():
+            if '"' in line and " /v2/" in line:
+                request = line.split('"')[1]
+                if request.split(" ")[0] in {"GET", "HEAD", "PUT", "POST", "PATCH", "DELETE"}:
+                    lines.append(request)
+        return lines
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[LocalRegistry]:
+    """A fresh, running loopback registry; stopped after the test."""
+    if not Path(REGISTRY_BINARY).exists():
+        pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
+    server = LocalRegistry(root=tmp_path / "registry")
+    server.root.mkdir()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    """A client for the local Docker engine (tests are skipped when there is none)."""
+    docker = pytest.importorskip("docker")
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means "no engine here"
+        pytest.skip(f"no Docker engine: {exc}")
+    return client
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_client) -> str:
+    """``debian:bookworm`` from the local engine (never pulled)."""
+    import docker.errors
+
+    try:
+        docker_client.images.get(BASE_IMAGE)
+    except docker.errors.ImageNotFound:
+        pytest.skip(f"{BASE_IMAGE} is not in the local engine (import it; tests never pull)")
+    return BASE_IMAGE
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A built two-layer stack: local refs in build order, the final ref, the stack name."""
+
+    repo: str
+    layer_refs: list[str]
+    final_ref: str
+    stack: str
+    image_id: str
+
+
+def _build(client, dockerfile: str, tag: str) -> str:
+    """Build ``dockerfile`` (no context) as ``tag``; the image ID."""
+    import io
+
+    image, _ = client.images.build(
+        fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, forcerm=True, pull=False
+    )
+    return image.id
+
+
+@pytest.fixture(scope="session")
+def chain(docker_client, base_image) -> Iterator[Chain]:
+    """Two small real images, the second built on the first, tagged like a stack's layers.
+
+    The repository name is unique per session, so parallel runs do not share tags; all its tags
+    (local and registry-named) are removed at the end.
+    """
+    repo = f"mnp-pubtest-{secrets.token_hex(3)}/chain"
+    nonce = secrets.token_hex(8)  # a fresh image per session: pushes really send data
+    first = f"{repo}:layer-{nonce}-a"
+    second = f"{repo}:layer-{nonce}-b"
+    _build(docker_client, f"FROM {base_image}\nRUN echo {nonce} > /layer-a\n", first)
+    image_id = _build(docker_client, f"FROM {first}\nRUN echo b > /layer-b\n", second)
+    final = f"{repo}:tinystack"
+    docker_client.images.get(second).tag(repo, "tinystack")
+    yield Chain(repo, [first, second], final, "tinystack", image_id)
+    for image in docker_client.images.list():
+        for tag in image.tags:
+            if repo in tag:
+                docker_client.images.remove(tag, noprune=False)
+
+
+@pytest.fixture
+def unused_port() -> int:
+    """A loopback port with no server behind it."""
+    return _free_port()
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    """An empty test-record folder."""
+    path = tmp_path / "test-results"
+    path.mkdir()
+    return path
