@@ -238,19 +238,53 @@ def _register_input_shape() -> Shape:
     return model.operation_model("RegisterJobDefinition").input_shape
 
 
+def _enum_errors(value: Any, shape: Shape, path: str) -> list[str]:
+    """Values outside the model's enums (botocore's validator leaves enums to the service)."""
+    if shape.type_name == "structure" and isinstance(value, Mapping):
+        return [
+            error
+            for key, item in value.items()
+            if key in shape.members
+            for error in _enum_errors(item, shape.members[key], f"{path}.{key}")
+        ]
+    if shape.type_name == "list" and isinstance(value, list):
+        return [
+            error
+            for index, item in enumerate(value)
+            for error in _enum_errors(item, shape.member, f"{path}[{index}]")
+        ]
+    if shape.type_name == "map" and isinstance(value, Mapping):
+        return [
+            error
+            for key, item in value.items()
+            for error in _enum_errors(item, shape.value, f"{path}.{key}")
+        ]
+    enum = getattr(shape, "enum", None)
+    if enum and value not in enum:
+        return [f"Invalid value for parameter {path}: {value!r}, valid values: {enum}"]
+    return []
+
+
 def validate_job_definition(definition: Mapping[str, Any]) -> None:
-    """Check ``definition`` against botocore's Batch model (types, required keys, enums, ranges).
+    """Check ``definition`` against botocore's Batch model: botocore's own parameter validation
+    (types, required keys, lengths, ranges), then the model's enums.
 
     Also checks the MNP rules the model cannot express: a ``multinode`` type, ``mainNode``
     inside ``numNodes``, and node ranges present.
     """
+    shape = _register_input_shape()
     try:
-        validate_parameters(dict(definition), _register_input_shape())
+        validate_parameters(dict(definition), shape)
     except ParamValidationError as exc:
         detail = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
         raise UserError(
             f"job definition fails Batch RegisterJobDefinition validation: {detail}"
         ) from None
+    enum_errors = _enum_errors(definition, shape, "definition")
+    if enum_errors:
+        raise UserError(
+            f"job definition fails Batch RegisterJobDefinition validation: {enum_errors[0]}"
+        )
     nodes = definition.get("nodeProperties") or {}
     if definition.get("type") != "multinode" or not nodes.get("nodeRangeProperties"):
         raise UserError("job definition is not a multinode definition with node ranges")

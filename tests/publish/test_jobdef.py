@@ -1,0 +1,195 @@
+"""Batch MNP job definitions, validated with botocore's own Batch model."""
+
+from __future__ import annotations
+
+import botocore.session
+import pytest
+from botocore.validate import validate_parameters
+
+from matrix.errors import UserError
+from matrix.instances import INSTANCE_TYPES, get_instance_type, job_memory_mib
+from matrix.jobdef import build_job_definition, pin_image, validate_job_definition
+
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cpu-tcp@sha256:" + "a" * 64
+SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:mnp-rendezvous-AbCdEf"
+ROLE = "arn:aws:iam::123456789012:role/mnp-batch-execution"
+BATCH = botocore.session.get_session().get_service_model("batch")
+REGISTER = BATCH.operation_model("RegisterJobDefinition").input_shape
+
+
+def _container(definition: dict) -> dict:
+    (node_range,) = definition["nodeProperties"]["nodeRangeProperties"]
+    return node_range["container"]
+
+
+def _env(definition: dict) -> dict[str, str]:
+    return {item["name"]: item["value"] for item in _container(definition)["environment"]}
+
+
+def _resources(definition: dict) -> dict[str, str]:
+    return {item["type"]: item["value"] for item in _container(definition)["resourceRequirements"]}
+
+
+@pytest.mark.parametrize("instance_type", sorted(INSTANCE_TYPES))
+def test_every_instance_type_makes_a_valid_definition(instance_type):
+    instance = INSTANCE_TYPES[instance_type]
+    definition = build_job_definition(
+        "cpu-tcp", 4, instance_type, IMAGE, SECRET, {"NCCL_DEBUG": "INFO"}, execution_role_arn=ROLE
+    )
+
+    validate_parameters(definition, REGISTER)  # raises on any mismatch with the Batch model
+    assert definition["type"] == "multinode"
+    assert definition["nodeProperties"]["numNodes"] == 4
+    assert definition["nodeProperties"]["mainNode"] == 0
+    assert definition["nodeProperties"]["nodeRangeProperties"][0]["targetNodes"] == "0:"
+    container = _container(definition)
+    assert container["image"] == IMAGE
+    assert container["instanceType"] == instance_type
+
+    devices = container["linuxParameters"].get("devices", [])
+    assert len(devices) == instance.efa_interfaces
+    assert [d["hostPath"] for d in devices] == [
+        f"/dev/infiniband/uverbs{i}" for i in range(instance.efa_interfaces)
+    ]
+    assert all(d["containerPath"] == d["hostPath"] for d in devices)
+    assert all(d["permissions"] == ["READ", "WRITE", "MKNOD"] for d in devices)
+    assert container["linuxParameters"]["sharedMemorySize"] == instance.shm_mib
+
+    resources = _resources(definition)
+    assert resources.get("GPU") == (str(instance.gpus) if instance.gpus else None)
+    assert resources["VCPU"] == str(instance.vcpus)
+    memory = int(resources["MEMORY"])
+    assert memory == job_memory_mib(instance)
+    assert 0.9 * instance.memory_mib < memory <= 0.95 * instance.memory_mib
+
+    assert {"name": "memlock", "softLimit": -1, "hardLimit": -1} in container["ulimits"]
+    assert container["secrets"] == [{"name": "MNP_SECRET", "valueFrom": SECRET}]
+    assert container["executionRoleArn"] == ROLE
+    env = _env(definition)
+    assert "MNP_SECRET" not in env
+    assert env["MNP_SLOTS_PER_NODE"] == str(instance.slots_per_node())
+    assert env["MNP_FABRIC"] == ("efa" if instance.efa_interfaces else "tcp")
+    assert env["NCCL_DEBUG"] == "INFO"
+    assert ("FI_EFA_USE_DEVICE_RDMA" in env) == instance.efa_rdma_read
+
+
+def test_instance_table_numbers():
+    expected_efa = {
+        "p3.16xlarge": 0,
+        "p3dn.24xlarge": 1,
+        "p4d.24xlarge": 4,
+        "p5.48xlarge": 32,
+        "dl1.24xlarge": 1,
+    }
+    for name, efa in expected_efa.items():
+        row = get_instance_type(name)
+        assert row.efa_interfaces == efa
+        assert row.source
+    assert get_instance_type("p4d.24xlarge").efa_rdma_read
+    assert get_instance_type("p5.48xlarge").efa_rdma_read
+    assert not get_instance_type("p3dn.24xlarge").efa_rdma_read
+    assert get_instance_type("dl1.24xlarge").hpus == 8
+    assert get_instance_type("p3.16xlarge").gpus == 8
+
+
+def test_gaudi_runs_privileged_without_gpu_resource():
+    definition = build_job_definition("habana", 2, "dl1.24xlarge", IMAGE, launcher="deepspeed")
+    assert _container(definition)["privileged"] is True
+    assert "GPU" not in _resources(definition)
+    assert _env(definition)["MNP_SLOTS_PER_NODE"] == "8"
+    assert _env(definition)["MNP_LAUNCHER"] == "deepspeed"
+
+
+def test_no_secret_no_secrets_block():
+    definition = build_job_definition("cpu-tcp", 2, "c5n.18xlarge", IMAGE, fabric="tcp")
+    assert "secrets" not in _container(definition)
+    assert _env(definition)["MNP_FABRIC"] == "tcp"
+    assert "FI_EFA_USE_DEVICE_RDMA" not in _env(definition)
+
+
+def test_command_name_and_timeout():
+    definition = build_job_definition(
+        "cpu-tcp",
+        3,
+        "c5n.18xlarge",
+        IMAGE,
+        command=["python", "-m", "allreduce"],
+        name="my-job",
+        attempt_timeout_s=3600,
+        wait_timeout_s=120,
+    )
+    assert definition["jobDefinitionName"] == "my-job"
+    assert _container(definition)["command"] == ["python", "-m", "allreduce"]
+    assert definition["timeout"] == {"attemptDurationSeconds": 3600}
+    assert _env(definition)["MNP_WAIT_TIMEOUT"] == "120"
+
+
+def test_default_name_is_batch_safe():
+    definition = build_job_definition("pt-2.3", 2, "p4d.24xlarge", IMAGE)
+    assert definition["jobDefinitionName"] == "mnp-pt-2-3-2x-p4d-24xlarge"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"image_uri": "repo/x:latest"}, r"--image-uri .* by digest"),
+        ({"instance_type": "m5.large"}, r"--instance-type 'm5.large' is not in the instance table"),
+        ({"nodes": 0}, r"--nodes 0"),
+        ({"env": {"AWS_BATCH_JOB_ID": "x"}}, r"--env AWS_BATCH_JOB_ID: .*reserved"),
+        ({"env": {"MNP_SECRET": "x"}}, r"--secret-arn"),
+        ({"env": {"1BAD": "x"}}, r"not a valid environment variable name"),
+        ({"secret_arn": SECRET}, r"--secret-arn needs --execution-role-arn"),
+        ({"secret_arn": "not-an-arn", "execution_role_arn": ROLE}, r"--secret-arn 'not-an-arn'"),
+        ({"execution_role_arn": "role"}, r"--execution-role-arn 'role' is not an IAM role ARN"),
+        (
+            {"instance_type": "p3.16xlarge", "fabric": "efa"},
+            r"--fabric efa: p3.16xlarge has no EFA",
+        ),
+    ],
+)
+def test_bad_input_is_one_clear_line(kwargs, message):
+    arguments = {"stack": "s", "nodes": 2, "instance_type": "p4d.24xlarge", "image_uri": IMAGE}
+    arguments.update(kwargs)
+    with pytest.raises(UserError, match=message) as failure:
+        build_job_definition(**arguments)
+    assert "\n" not in str(failure.value)
+
+
+def test_validation_uses_the_batch_model():
+    definition = build_job_definition("s", 2, "p4d.24xlarge", IMAGE)
+    definition["nodeProperties"]["numNodes"] = "two"
+    with pytest.raises(UserError, match="numNodes"):
+        validate_job_definition(definition)
+    definition["nodeProperties"]["numNodes"] = 2
+    _container(definition)["linuxParameters"]["devices"][0]["permissions"] = ["EXECUTE"]
+    with pytest.raises(UserError, match="permissions"):
+        validate_job_definition(definition)
+
+
+def test_pinned_image_passes_through_without_a_client():
+    assert pin_image(IMAGE) == IMAGE
+    with pytest.raises(UserError, match="has no digest"):
+        pin_image("repo/x:tag")
+
+
+@pytest.mark.docker
+def test_tag_is_resolved_to_the_registry_digest(docker_client, chain, registry, tmp_path):
+    from matrix.publish import push_stack
+
+    result = push_stack(
+        docker_client,
+        chain.layer_refs,
+        chain.final_ref,
+        chain.stack,
+        registry.host,
+        "abc1234",
+        force=True,
+        log=lambda line: None,
+        state_dir=tmp_path,
+    )
+    pinned = pin_image(f"{registry.host}/{chain.repo}:{chain.stack}", docker_client)
+    assert pinned == result.image_digest_uri
+    definition = build_job_definition(chain.stack, 2, "c5n.18xlarge", pinned)
+    assert _container(definition)["image"] == pinned
+    with pytest.raises(UserError, match="cannot resolve its digest"):
+        pin_image(f"{registry.host}/{chain.repo}:no-such-tag", docker_client)
