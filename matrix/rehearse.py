@@ -74,13 +74,16 @@ def _check_args(nodes: int, command: Sequence[str], late_node: int | None) -> No
         raise UserError("no command given to run on the nodes (put it after --)")
 
 
-def _container_ip(container: Any, network_name: str) -> str:
-    """The container's IPv4 address on ``network_name``."""
+def _container_ip(container: Any, network_name: str) -> str | None:
+    """The container's IPv4 address on ``network_name``; None once it has already exited."""
     container.reload()
-    address = container.attrs["NetworkSettings"]["Networks"][network_name]["IPAddress"]
-    if not address:
-        raise UserError(f"container {container.name} got no address on {network_name}")
-    return address
+    networks = container.attrs["NetworkSettings"]["Networks"] or {}
+    address = (networks.get(network_name) or {}).get("IPAddress")
+    if address:
+        return address
+    if container.status in ("exited", "dead"):
+        return None
+    raise UserError(f"container {container.name} got no address on {network_name}")
 
 
 def _start_node(
@@ -222,9 +225,15 @@ def rehearse(
             {**shared, **batch_environment(0, nodes, run.run_id, None)},
         )
         main_ip = _container_ip(main, run.network.name)
-        log(f"node 0 (main) started at {main_ip}")
         streamer = _stream(main, log)
-        for index in start_order(nodes, late_node, random.Random(seed)):
+        if main_ip is None:
+            # Batch starts children only once the main node runs; a main that already ended
+            # ends the job.
+            log("node 0 (main) exited before the other nodes could start")
+        else:
+            log(f"node 0 (main) started at {main_ip}")
+        children = start_order(nodes, late_node, random.Random(seed)) if main_ip else []
+        for index in children:
             if index == late_node:
                 log(f"node {index} held back for {late_delay_s:g}s (late node)")
                 time.sleep(late_delay_s)
