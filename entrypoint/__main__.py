@@ -1,0 +1,8 @@
+"""``python3 -m entrypoint CMD ARGS...``: see ``entrypoint.main``."""
+
+import sys
+
+from .main import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""Role and settings, read from the environment once at start.
+
+Batch variables (set by AWS Batch on every node of an MNP job; the ``AWS_BATCH_`` prefix is
+reserved, users cannot set them):
+
+- ``AWS_BATCH_JOB_NODE_INDEX``: this node's index, 0..N-1.
+- ``AWS_BATCH_JOB_MAIN_NODE_INDEX``: the main node's index.
+- ``AWS_BATCH_JOB_NUM_NODES``: N.
+- ``AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS``: the main node's address, children only.
+- ``AWS_BATCH_JOB_ID``: binds rendezvous messages to this job (optional).
+
+None of the first three set: single-node mode (a workstation, or a plain Batch job). One of them
+set without the others is an error. ``AWS_BATCH_JOB_NUM_NODES=1`` is single-node mode too.
+
+Settings (all optional): see ``SETTINGS`` below and ``docs/entrypoint.md``.
+
+An invalid value raises ``ConfigError``; ``__main__`` turns it into one line naming the variable
+and exit code 2, without a traceback.
+"""
+
+import ipaddress
+import os
+import re
+import shlex
+
+LAUNCHERS = ("mpirun", "deepspeed", "torchrun", "none")
+FABRICS = ("auto", "efa", "tcp")
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off", "")
+
+# name -> (default shown in docs, one-line description). The docs table is checked against this.
+SETTINGS = {
+    "MNP_LAUNCHER": ("mpirun", "mpirun | deepspeed | torchrun | none (run the command as is)"),
+    "MNP_WAIT_TIMEOUT": ("600", "seconds the main node waits for every node to register"),
+    "MNP_SLOTS_PER_NODE": ("detected", "processes per node; overrides GPU/HPU detection"),
+    "MNP_NP": ("sum of slots", "total number of processes for mpirun/deepspeed (-np)"),
+    "MNP_FABRIC": ("auto", "auto | efa | tcp"),
+    "MNP_NETWORK_INTERFACE": ("route lookup", "interface whose IPv4 address this node uses"),
+    "MNP_SECRET": ("unset", "shared secret that authenticates rendezvous messages (HMAC)"),
+    "MNP_SECRET_FILE": ("unset", "file holding the secret (alternative to MNP_SECRET)"),
+    "MNP_RENDEZVOUS_PORT": ("29410", "TCP port of the main node's rendezvous server"),
+    "MNP_SSH_PORT": ("2222", "TCP port of the per-job sshd on every node"),
+    "MNP_MASTER_PORT": ("29500", "torchrun/deepspeed --master_port"),
+    "MNP_DRY_RUN": ("0", "1: print the plan (role, devices, fabric, hostfile, command, env)"),
+    "MNP_EXPORT_ENV": ("empty", "comma list of extra variables (or PREFIX*) exported to all ranks"),
+    "MNP_LAUNCHER_ARGS": ("empty", "extra arguments for the launcher, shell-quoted"),
+    "MNP_DEEPSPEED_LAUNCHER": ("pdsh if installed, else openmpi", "deepspeed --launcher value"),
+    "MNP_INSTANCE_TYPE": ("unset", "EC2 instance type hint (e.g. p4d.24xlarge) for EFA settings"),
+    "MNP_HEARTBEAT_TIMEOUT": ("15", "seconds of silence after which a peer is declared lost"),
+    "MNP_STOP_TIMEOUT": ("20", "seconds between forwarding SIGTERM and SIGKILL to the launcher"),
+    "MNP_STATE_DIR": ("/run/mnp", "where per-job keys, hostfiles and sshd files are written"),
+}
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
+
+
+class ConfigError(Exception):
+    """An invalid setting; ``variable`` names it, ``str(self)`` is the full one-line message."""
+
+    def __init__(self, variable, message):
+        Exception.__init__(self, "%s: %s" % (variable, message))
+        self.variable = variable
+
+
+class Config(object):
+    """Everything read from the environment. Plain attributes; build it with ``load``."""
+
+    def __init__(self, **kwargs):
+        self.mode = "single"  # single | main | child
+        self.node_index = 0
+        self.main_index = 0
+        self.num_nodes = 1
+        self.main_address = None  # children only
+        self.job_id = ""
+        self.launcher = "mpirun"
+        self.launcher_explicit = False
+        self.wait_timeout = 600.0
+        self.slots_override = None
+        self.np_override = None
+        self.fabric = "auto"
+        self.interface = None
+        self.secret = None  # bytes or None
+        self.rendezvous_port = 29410
+        self.ssh_port = 2222
+        self.master_port = 29500
+        self.dry_run = False
+        self.export_env = []
+        self.launcher_args = []
+        self.deepspeed_launcher = None
+        self.instance_type = None
+        self.heartbeat_timeout = 15.0
+        self.stop_timeout = 20.0
+        self.state_dir = "/run/mnp"
+        for key, value in kwargs.items():
+            if not hasattr(self, key):
+                raise TypeError("unknown Config field %s" % key)
+            setattr(self, key, value)
+
+    @property
+    def is_multi(self):
+        return self.mode in ("main", "child")
+
+    def role_label(self):
+        if self.mode == "single":
+            return "single"
+        return "%s %d/%d" % (self.mode, self.node_index, self.num_nodes)
+
+
+def _get(env, name):
+    value = env.get(name)
+    if value is None:
+        return None
+    return value.strip()
+
+
+def _int(env, name, default, minimum=None, maximum=None):
+    raw = _get(env, name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise ConfigError(name, "%r is not an integer" % raw) from None
+    if minimum is not None and value < minimum:
+        raise ConfigError(name, "%d is below the minimum %d" % (value, minimum))
+    if maximum is not None and value > maximum:
+        raise ConfigError(name, "%d is above the maximum %d" % (value, maximum))
+    return value
+
+
+def _seconds(env, name, default):
+    raw = _get(env, name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(name, "%r is not a number of seconds" % raw) from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise ConfigError(name, "%r must be a positive number of seconds" % raw)
+    return value
+
+
+def _choice(env, name, choices, default):
+    raw = _get(env, name)
+    if raw is None or raw == "":
+        return default
+    value = raw.lower()
+    if value not in choices:
+        raise ConfigError(name, "%r is not one of %s" % (raw, ", ".join(choices)))
+    return value
+
+
+def _bool(env, name):
+    raw = _get(env, name)
+    if raw is None:
+        return False
+    value = raw.lower()
+    if value in TRUE_WORDS:
+        return True
+    if value in FALSE_WORDS:
+        return False
+    raise ConfigError(name, "%r is not a boolean (use 1 or 0)" % raw)
+
+
+def _secret(env):
+    inline = env.get("MNP_SECRET")
+    path = _get(env, "MNP_SECRET_FILE")
+    if inline is not None and path:
+        raise ConfigError("MNP_SECRET_FILE", "set only one of MNP_SECRET and MNP_SECRET_FILE")
+    if inline is not None:
+        if inline.strip() == "":
+            raise ConfigError("MNP_SECRET", "is set but empty")
+        return inline.encode("utf-8")
+    if path:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read().strip()
+        except (OSError, IOError) as exc:
+            raise ConfigError("MNP_SECRET_FILE", "cannot read %s: %s" % (path, exc)) from None
+        if not data:
+            raise ConfigError("MNP_SECRET_FILE", "%s is empty" % path)
+        return data
+    return None
+
+
+def _names(env, name):
+    raw = _get(env, name)
+    if not raw:
+        return []
+    items = [item.strip() for item in raw.split(",") if item.strip()]
+    for item in items:
+        if not _NAME_RE.match(item):
+            raise ConfigError(name, "%r is not a variable name or PREFIX*" % item)
+    return items
+
+
+def _batch_role(env, cfg):
+    names = (
+        "AWS_BATCH_JOB_NODE_INDEX",
+        "AWS_BATCH_JOB_MAIN_NODE_INDEX",
+        "AWS_BATCH_JOB_NUM_NODES",
+    )
+    present = [n for n in names if _get(env, n)]
+    if not present:
+        return
+    missing = [n for n in names if n not in present]
+    if missing:
+        raise ConfigError(missing[0], "is not set but %s is: incomplete Batch MNP environment"
+                          % present[0])
+    num = _int(env, "AWS_BATCH_JOB_NUM_NODES", 1, minimum=1)
+    index = _int(env, "AWS_BATCH_JOB_NODE_INDEX", 0, minimum=0)
+    main = _int(env, "AWS_BATCH_JOB_MAIN_NODE_INDEX", 0, minimum=0)
+    if index >= num:
+        raise ConfigError("AWS_BATCH_JOB_NODE_INDEX",
+                          "%d is not below AWS_BATCH_JOB_NUM_NODES=%d" % (index, num))
+    if main >= num:
+        raise ConfigError("AWS_BATCH_JOB_MAIN_NODE_INDEX",
+                          "%d is not below AWS_BATCH_JOB_NUM_NODES=%d" % (main, num))
+    cfg.num_nodes, cfg.node_index, cfg.main_index = num, index, main
+    if num == 1:
+        cfg.mode = "single"
+        return
+    if index == main:
+        cfg.mode = "main"
+        return
+    cfg.mode = "child"
+    addr_name = "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"
+    addr = _get(env, addr_name)
+    if not addr:
+        raise ConfigError(addr_name, "is required on a child node (index %d) but not set" % index)
+    try:
+        parsed = ipaddress.IPv4Address(addr)
+    except ValueError:
+        raise ConfigError(addr_name, "%r is not an IPv4 address" % addr) from None
+    if parsed.is_loopback or parsed.is_unspecified or parsed.is_multicast:
+        raise ConfigError(addr_name, "%s cannot be the main node's address" % addr)
+    cfg.main_address = str(parsed)
+
+
+def load(env=None):
+    """Read a ``Config`` from ``env`` (default ``os.environ``). Raises ``ConfigError``."""
+    if env is None:
+        env = os.environ
+    cfg = Config()
+    _batch_role(env, cfg)
+    cfg.job_id = _get(env, "AWS_BATCH_JOB_ID") or ""
+    cfg.launcher_explicit = bool(_get(env, "MNP_LAUNCHER"))
+    cfg.launcher = _choice(env, "MNP_LAUNCHER", LAUNCHERS, "mpirun")
+    cfg.wait_timeout = _seconds(env, "MNP_WAIT_TIMEOUT", 600.0)
+    cfg.slots_override = _int(env, "MNP_SLOTS_PER_NODE", None, minimum=1, maximum=4096)
+    cfg.np_override = _int(env, "MNP_NP", None, minimum=1)
+    cfg.fabric = _choice(env, "MNP_FABRIC", FABRICS, "auto")
+    iface = _get(env, "MNP_NETWORK_INTERFACE")
+    if iface:
+        if not re.match(r"^[A-Za-z0-9_.:@-]{1,15}$", iface):
+            raise ConfigError("MNP_NETWORK_INTERFACE", "%r is not an interface name" % iface)
+        cfg.interface = iface
+    cfg.secret = _secret(env)
+    cfg.rendezvous_port = _int(env, "MNP_RENDEZVOUS_PORT", 29410, minimum=1, maximum=65535)
+    cfg.ssh_port = _int(env, "MNP_SSH_PORT", 2222, minimum=1, maximum=65535)
+    cfg.master_port = _int(env, "MNP_MASTER_PORT", 29500, minimum=1, maximum=65535)
+    ports = {"MNP_RENDEZVOUS_PORT": cfg.rendezvous_port, "MNP_SSH_PORT": cfg.ssh_port,
+             "MNP_MASTER_PORT": cfg.master_port}
+    if len(set(ports.values())) != len(ports):
+        raise ConfigError("MNP_RENDEZVOUS_PORT",
+                          "MNP_RENDEZVOUS_PORT, MNP_SSH_PORT and MNP_MASTER_PORT must differ (%s)"
+                          % ", ".join("%s=%d" % kv for kv in sorted(ports.items())))
+    cfg.dry_run = _bool(env, "MNP_DRY_RUN")
+    cfg.export_env = _names(env, "MNP_EXPORT_ENV")
+    raw_args = _get(env, "MNP_LAUNCHER_ARGS")
+    if raw_args:
+        try:
+            cfg.launcher_args = shlex.split(raw_args)
+        except ValueError as exc:
+            raise ConfigError("MNP_LAUNCHER_ARGS", "cannot be split like a shell: %s" % exc) \
+                from None
+    cfg.deepspeed_launcher = _choice(env, "MNP_DEEPSPEED_LAUNCHER", ("pdsh", "openmpi"), None)
+    itype = _get(env, "MNP_INSTANCE_TYPE")
+    if itype:
+        if not re.match(r"^[a-z0-9-]+\.[a-z0-9-]+$", itype):
+            raise ConfigError("MNP_INSTANCE_TYPE", "%r is not an instance type like p4d.24xlarge"
+                              % itype)
+        cfg.instance_type = itype
+    cfg.heartbeat_timeout = _seconds(env, "MNP_HEARTBEAT_TIMEOUT", 15.0)
+    cfg.stop_timeout = _seconds(env, "MNP_STOP_TIMEOUT", 20.0)
+    state = _get(env, "MNP_STATE_DIR")
+    if state:
+        if not os.path.isabs(state):
+            raise ConfigError("MNP_STATE_DIR", "%r is not an absolute path" % state)
+        cfg.state_dir = state
+    return cfg

@@ -1,0 +1,652 @@
+"""Rendezvous: children register with the main node; the main node waits for every index.
+
+``Server`` runs on the main node, in one thread with a ``selectors`` loop (one connection per
+child, kept open for the whole job). ``Client`` runs on a child.
+
+Rules:
+
+- Children may start before the main node listens, in any order, at any time: ``Client.register``
+  retries with exponential backoff (50 ms doubling to 2 s, with jitter) until its deadline.
+- A registration is checked (HMAC, nonces, job id, index range, address, slots, key format) and
+  a bad one is rejected, logged, and never reaches the node table.
+- A node that registers again (a restarted container) replaces its old entry: the table is keyed
+  by node index, the old connection is closed. A node whose connection drops before the job
+  starts is removed and waited for again.
+- ``Server.wait`` returns the missing indices after the deadline; the caller names them and exits
+  non-zero.
+- After ``go``, registrations are refused, and a lost connection or a heartbeat silence longer
+  than the heartbeat timeout is a ``lost`` event: the main node fails the job instead of hanging.
+  Children treat the same silence from the main node as "main node vanished" and exit.
+"""
+
+import collections
+import contextlib
+import errno
+import ipaddress
+import random
+import re
+import select
+import selectors
+import socket
+import threading
+import time
+
+from . import protocol
+from .log import log
+
+NodeInfo = collections.namedtuple("NodeInfo", "index address slots host_key")
+
+HOST_KEY_RE = re.compile(r"^(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa) [A-Za-z0-9+/]+=*$")
+MAX_SLOTS = 4096
+
+
+class RendezvousError(Exception):
+    """The rendezvous could not complete (timeout, main node unreachable)."""
+
+
+class Rejected(RendezvousError):
+    """The main node refused this registration."""
+
+
+def job_base(job_id):
+    """Batch node job ids look like ``<job id>#<node index>``; compare the job part only."""
+    return (job_id or "").split("#", 1)[0]
+
+
+def validate_registration(msg, num_nodes, main_index, job_id, need_host_key):
+    """Return a ``NodeInfo`` from a register message, or raise ``ProtocolError`` saying why."""
+    if msg.get("v") != protocol.VERSION:
+        raise protocol.ProtocolError("protocol version %r, expected %d"
+                                     % (msg.get("v"), protocol.VERSION))
+    if job_base(msg.get("job")) != job_base(job_id):
+        raise protocol.ProtocolError("job id %r is not this job's (%r)" % (msg.get("job"), job_id))
+    index = msg.get("index")
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < num_nodes:
+        raise protocol.ProtocolError("node index %r out of range 0..%d" % (index, num_nodes - 1))
+    if index == main_index:
+        raise protocol.ProtocolError("node index %d is the main node's" % index)
+    addr = msg.get("addr")
+    try:
+        ip = ipaddress.IPv4Address(addr)
+    except (ValueError, TypeError):
+        raise protocol.ProtocolError("address %r is not IPv4" % (addr,)) from None
+    if ip.is_loopback or ip.is_unspecified or ip.is_multicast or ip.is_link_local:
+        raise protocol.ProtocolError("address %s is not usable" % addr)
+    slots = msg.get("slots")
+    if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= MAX_SLOTS:
+        raise protocol.ProtocolError("slots %r out of range 1..%d" % (slots, MAX_SLOTS))
+    key = msg.get("host_key") or ""
+    if not isinstance(key, str) or (key and not HOST_KEY_RE.match(key)):
+        raise protocol.ProtocolError("host key is not an OpenSSH public key")
+    if need_host_key and not key:
+        raise protocol.ProtocolError("no SSH host key (the launcher needs SSH)")
+    return NodeInfo(index, str(ip), slots, key)
+
+
+class _Conn(object):
+    def __init__(self, sock, peer):
+        self.sock = sock
+        self.peer = peer
+        self.buf = protocol.LineBuffer()
+        self.out = b""
+        self.sn = protocol.new_nonce()
+        self.session = None
+        self.index = None
+        self.info = None
+        self.state = "hello"  # hello | registered | ready | closed
+        self.opened = time.time()
+        self.last_rx = self.opened
+
+
+class Server(object):
+    """The main node's side. ``start``, then ``wait``, ``go``, ``events``, ``done``, ``stop``."""
+
+    def __init__(self, secret, job_id, num_nodes, main_index, welcome, port, host="0.0.0.0",
+                 need_host_key=True, hb_interval=2.0, hb_timeout=15.0, handshake_timeout=10.0):
+        self.secret = secret
+        self.job_id = job_id
+        self.num_nodes = num_nodes
+        self.main_index = main_index
+        self.welcome = dict(welcome)
+        self.port = port
+        self.host = host
+        self.need_host_key = need_host_key
+        self.hb_interval = hb_interval
+        self.hb_timeout = hb_timeout
+        self.handshake_timeout = handshake_timeout
+        self.phase = "waiting"  # waiting | running | stopped
+        self.ready = {}  # index -> NodeInfo
+        self.by_index = {}  # index -> _Conn (registered or ready)
+        self.rejected = []  # (peer, reason), for tests and the log
+        self.events = collections.deque()  # ("lost", index, reason) | ("exit", index, status)
+        self.event_cond = threading.Condition()
+        self.all_ready = threading.Event()
+        self.last_ready_time = None
+        self._calls = collections.deque()
+        self._conns = set()
+        self._sel = None
+        self._lsock = None
+        self._wake_r = self._wake_w = None
+        self._thread = None
+        self._stopped = threading.Event()
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self):
+        self._lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._lsock.bind((self.host, self.port))
+        self.port = self._lsock.getsockname()[1]
+        self._lsock.listen(4096)
+        self._lsock.setblocking(False)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self._lsock, selectors.EVENT_READ, "listen")
+        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        if self.num_nodes - 1 == 0:
+            self.all_ready.set()
+        self._thread = threading.Thread(target=self._loop, name="rendezvous-server")
+        self._thread.daemon = True
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._call(self._shutdown)
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _call(self, fn):
+        self._calls.append(fn)
+        with contextlib.suppress(OSError, AttributeError):
+            self._wake_w.send(b"x")
+
+    # -- main-thread API -------------------------------------------------------------------
+    def missing(self):
+        want = set(range(self.num_nodes)) - {self.main_index}
+        return sorted(want - set(self.ready))
+
+    def wait(self, timeout):
+        """Block until every child is ready or ``timeout`` seconds pass; return missing indices."""
+        self.all_ready.wait(timeout)
+        return self.missing()
+
+    def table(self, main_info):
+        """All nodes, the main node included, sorted by index."""
+        nodes = dict(self.ready)
+        nodes[main_info.index] = main_info
+        return [nodes[i] for i in sorted(nodes)]
+
+    def go(self, make_payload, main_info):
+        """Start the job if every child is still ready: refuse new registrations from now on and
+        send ``go`` to every child with ``make_payload(table)``. Returns the node table (sorted by
+        index, main node included), or ``None`` when a node dropped out meanwhile (wait again).
+        Done inside the loop thread, so no registration can slip in between check and send."""
+        result = {}
+        finished = threading.Event()
+
+        def _go():
+            try:
+                if self.missing():
+                    return
+                table = self.table(main_info)
+                payload = make_payload(table)
+                self.phase = "running"
+                for conn in list(self.by_index.values()):
+                    if conn.state == "ready":
+                        self._send(conn, dict(payload, t="go"))
+                result["table"] = table
+            finally:
+                finished.set()
+
+        self._call(_go)
+        finished.wait(30)
+        if "table" not in result:
+            self.all_ready.clear()
+            if not self.missing():
+                self.all_ready.set()
+        return result.get("table")
+
+    def done(self, status, linger=2.0):
+        """Tell every child the job ended (with ``status``), give the messages ``linger`` s."""
+        flushed = threading.Event()
+
+        def _done():
+            self.phase = "stopping"
+            for conn in list(self.by_index.values()):
+                if conn.state == "ready":
+                    self._send(conn, {"t": "done", "status": status})
+            flushed.set()
+
+        self._call(_done)
+        flushed.wait(5)
+        deadline = time.time() + linger
+        while time.time() < deadline and any(c.out for c in list(self._conns)):
+            time.sleep(0.02)
+
+    def next_event(self, timeout):
+        """Pop one running-phase event, waiting at most ``timeout`` s; ``None`` if none."""
+        with self.event_cond:
+            if not self.events:
+                self.event_cond.wait(timeout)
+            if self.events:
+                return self.events.popleft()
+        return None
+
+    # -- loop ------------------------------------------------------------------------------
+    def _loop(self):
+        next_hb = time.time() + self.hb_interval
+        try:
+            while not self._stopped.is_set():
+                for key, mask in self._sel.select(0.2):
+                    if key.data == "listen":
+                        self._accept()
+                    elif key.data == "wake":
+                        self._drain_wake()
+                    else:
+                        conn = key.data
+                        if mask & selectors.EVENT_READ:
+                            self._read(conn)
+                        if mask & selectors.EVENT_WRITE and conn.state != "closed":
+                            self._flush(conn)
+                now = time.time()
+                if now >= next_hb:
+                    next_hb = now + self.hb_interval
+                    self._heartbeat(now)
+        except Exception as exc:  # never die silently: the main thread would wait forever
+            log("rendezvous server failed: %r" % (exc,))
+            self._emit(("lost", None, "rendezvous server failed: %r" % (exc,)))
+        finally:
+            self._close_all()
+
+    def _drain_wake(self):
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        while self._calls:
+            self._calls.popleft()()
+
+    def _shutdown(self):
+        self.phase = "stopped"
+        self._stopped.set()
+
+    def _close_all(self):
+        for conn in list(self._conns):
+            self._close(conn, None)
+        for sock in (self._lsock, self._wake_r, self._wake_w):
+            with contextlib.suppress(KeyError, ValueError):
+                self._sel.unregister(sock)
+            with contextlib.suppress(OSError):
+                sock.close()
+        self._sel.close()
+
+    def _accept(self):
+        while True:
+            try:
+                sock, peer = self._lsock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log("accept failed: %s" % exc)
+                    return
+                raise
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = _Conn(sock, "%s:%d" % peer)
+            self._conns.add(conn)
+            self._sel.register(sock, selectors.EVENT_READ, conn)
+            if self.phase != "waiting":
+                self._send(conn, {"t": "reject", "reason": "the job has already started"})
+                self._close(conn, None, after_flush=True)
+                continue
+            self._send(conn, {"t": "hello", "v": protocol.VERSION, "sn": conn.sn}, raw=True)
+
+    def _send(self, conn, message, raw=False):
+        if conn.state == "closed":
+            return
+        if raw or conn.session is None:
+            data = protocol.encode(message)
+        else:
+            data = conn.session.seal(message)
+        conn.out += data
+        self._flush(conn)
+
+    def _flush(self, conn):
+        try:
+            while conn.out:
+                sent = conn.sock.send(conn.out)
+                conn.out = conn.out[sent:]
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError as exc:
+            self._close(conn, "send failed: %s" % exc)
+            return
+        mask = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0)
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.modify(conn.sock, mask, conn)
+        if not conn.out and conn.state == "closing":
+            self._close(conn, None)
+
+    def _read(self, conn):
+        try:
+            chunk = conn.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._close(conn, "connection error: %s" % exc)
+            return
+        if not chunk:
+            self._close(conn, "connection closed")
+            return
+        conn.last_rx = time.time()
+        try:
+            lines = conn.buf.feed(chunk)
+        except protocol.ProtocolError as exc:
+            self._reject(conn, str(exc))
+            return
+        for line in lines:
+            if conn.state in ("closed", "closing"):
+                return
+            try:
+                self._handle(conn, protocol.decode(line))
+            except protocol.ProtocolError as exc:
+                self._reject(conn, str(exc))
+                return
+
+    def _reject(self, conn, reason):
+        claim = "" if conn.index is None else " (claims node %s)" % conn.index
+        if conn.state in ("registered", "ready"):
+            log("dropped node %s from %s: %s" % (conn.index, conn.peer, reason))
+        else:
+            log("rejected registration from %s%s: %s" % (conn.peer, claim, reason))
+            self.rejected.append((conn.peer, reason))
+        self._send(conn, {"t": "reject", "reason": reason.split(":")[0]})
+        self._close(conn, reason, after_flush=True)
+
+    def _handle(self, conn, msg):
+        kind = msg.get("t")
+        if conn.state == "hello":
+            if kind != "register":
+                raise protocol.ProtocolError("expected register, got %r" % kind)
+            conn.index = msg.get("index")
+            cn = msg.get("cn")
+            if not isinstance(cn, str) or not 16 <= len(cn) <= 128:
+                raise protocol.ProtocolError("missing client nonce")
+            session = protocol.Session(self.secret, conn.sn, cn, protocol.S2C)
+            try:
+                session.open(msg)
+            except protocol.AuthError as exc:
+                raise protocol.AuthError(
+                    "authentication failed (%s; is MNP_SECRET the same on every node?)" % exc
+                ) from None
+            conn.session = session
+            info = validate_registration(msg, self.num_nodes, self.main_index, self.job_id,
+                                         self.need_host_key)
+            old = self.by_index.get(info.index)
+            if old is not None and old is not conn:
+                where = old.info.address if old.info else old.peer
+                log("node %d registered again from %s (was %s): replacing the old entry"
+                    % (info.index, info.address, where))
+                self.ready.pop(info.index, None)
+                self.all_ready.clear()
+                self._close(old, None, quiet=True)
+            peer_ip = conn.peer.rsplit(":", 1)[0]
+            if peer_ip != info.address:
+                log("node %d connects from %s but registers %s (MNP_NETWORK_INTERFACE?)"
+                    % (info.index, peer_ip, info.address))
+            conn.info = info
+            conn.state = "registered"
+            self.by_index[info.index] = conn
+            self._send(conn, dict(self.welcome, t="welcome"))
+            return
+        conn.session.open(msg)
+        if kind == "hb":
+            return
+        if kind == "ready" and conn.state == "registered":
+            conn.state = "ready"
+            self.ready[conn.index] = conn.info
+            total = self.num_nodes - 1
+            log("node %d ready: %s, %d slot(s) (%d/%d children)"
+                % (conn.index, conn.info.address, conn.info.slots, len(self.ready), total))
+            if len(self.ready) == total:
+                self.last_ready_time = time.time()
+                self.all_ready.set()
+            return
+        if kind == "exit" and conn.state == "ready":
+            status = msg.get("status")
+            if not isinstance(status, int) or isinstance(status, bool):
+                raise protocol.ProtocolError("exit without an integer status")
+            conn.state = "exited"
+            self._emit(("exit", conn.index, status))
+            return
+        raise protocol.ProtocolError("unexpected %r in state %s" % (kind, conn.state))
+
+    def _heartbeat(self, now):
+        for conn in list(self._conns):
+            if conn.state in ("hello", "registered"):
+                if now - conn.opened > self.handshake_timeout:
+                    self._close(conn, "handshake not completed within %gs"
+                                % self.handshake_timeout)
+            elif conn.state in ("ready", "exited"):
+                if now - conn.last_rx > self.hb_timeout:
+                    self._close(conn, "no heartbeat for %gs" % self.hb_timeout)
+                else:
+                    self._send(conn, {"t": "hb"})
+
+    def _emit(self, event):
+        with self.event_cond:
+            self.events.append(event)
+            self.event_cond.notify_all()
+
+    def _close(self, conn, reason, after_flush=False, quiet=False):
+        if conn.state == "closed":
+            return
+        if after_flush and conn.out:
+            conn.state = "closing"
+            return
+        was = conn.state
+        conn.state = "closed"
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(conn.sock)
+        with contextlib.suppress(OSError):
+            conn.sock.close()
+        self._conns.discard(conn)
+        if conn.index is None or self.by_index.get(conn.index) is not conn:
+            return
+        del self.by_index[conn.index]
+        if was == "ready" and self.ready.get(conn.index) is conn.info:
+            del self.ready[conn.index]
+            self.all_ready.clear()
+        if quiet or reason is None:
+            return
+        if self.phase == "waiting":
+            log("node %d (%s) went away before the job started (%s); waiting for it again"
+                % (conn.index, conn.peer, reason))
+        elif self.phase == "running" and was in ("ready", "registered"):
+            self._emit(("lost", conn.index, reason))
+
+
+class Client(object):
+    """A child's side: ``register`` (with retries), ``ready``, ``start``, then ``events``."""
+
+    def __init__(self, secret, main_address, port, fields, hb_interval=2.0, hb_timeout=15.0,
+                 connect_timeout=5.0):
+        self.secret = secret
+        self.main_address = main_address
+        self.port = port
+        self.fields = dict(fields)
+        self.hb_interval = hb_interval
+        self.hb_timeout = hb_timeout
+        self.connect_timeout = connect_timeout
+        self.sock = None
+        self.session = None
+        self.buf = protocol.LineBuffer()
+        self._lines = collections.deque()
+        self.welcome = None
+        self.attempts = 0
+        self.events = collections.deque()
+        self.event_cond = threading.Condition()
+        self._send_lock = threading.Lock()
+        self._thread = None
+        self._stop = threading.Event()
+
+    def _recv_message(self, deadline):
+        while not self._lines:
+            remaining = deadline - time.time()
+            if remaining <= 0:
+                raise socket.timeout("no answer from the main node")
+            self.sock.settimeout(remaining)
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionResetError("connection closed by the main node")
+            self._lines.extend(self.buf.feed(chunk))
+        return protocol.decode(self._lines.popleft())
+
+    def _attempt(self, deadline):
+        self.sock = socket.create_connection((self.main_address, self.port),
+                                             timeout=min(self.connect_timeout,
+                                                         max(0.1, deadline - time.time())))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = protocol.LineBuffer()
+        self._lines = collections.deque()
+        step = min(deadline, time.time() + 15)
+        hello = self._recv_message(step)
+        if hello.get("t") == "reject":
+            raise Rejected("main node refused the connection: %s" % hello.get("reason"))
+        if hello.get("t") != "hello" or not isinstance(hello.get("sn"), str):
+            raise protocol.ProtocolError("expected hello, got %r" % hello.get("t"))
+        self.session = protocol.Session(self.secret, hello["sn"], protocol.new_nonce(),
+                                        protocol.C2S)
+        message = dict(self.fields, t="register", v=protocol.VERSION)
+        self.sock.sendall(self.session.seal(message))
+        answer = self._recv_message(step)
+        try:
+            answer = self.session.open(answer)
+        except protocol.AuthError as exc:
+            if answer.get("t") == "reject":
+                raise Rejected("main node rejected this node (%s); its reply does not "
+                               "authenticate either (%s): is MNP_SECRET the same on every node?"
+                               % (answer.get("reason"), exc)) from None
+            raise Rejected("main node's reply failed authentication (%s)" % exc) from None
+        if answer.get("t") == "reject":
+            raise Rejected("main node rejected this node: %s" % answer.get("reason"))
+        if answer.get("t") != "welcome":
+            raise protocol.ProtocolError("expected welcome, got %r" % answer.get("t"))
+        return answer
+
+    def register(self, deadline, quiet=False, stop=None):
+        """Register, retrying with backoff until ``deadline`` (epoch s) or until ``stop()`` is
+        true. Returns the welcome message; raises ``Rejected`` or ``RendezvousError``."""
+        delay = 0.05
+        last_error = None
+        while True:
+            if stop is not None and stop():
+                raise RendezvousError("stopped while registering")
+            self.attempts += 1
+            try:
+                self.welcome = self._attempt(deadline)
+                return self.welcome
+            except Rejected:
+                self._close_sock()
+                raise
+            except (OSError, protocol.ProtocolError) as exc:
+                last_error = exc
+                self._close_sock()
+            if not quiet and (self.attempts in (1, 10) or self.attempts % 50 == 0):
+                log("main node %s:%d not answering yet (%s); retrying"
+                    % (self.main_address, self.port, last_error))
+            remaining = deadline - time.time()
+            if remaining <= 0:
+                raise RendezvousError("could not register with the main node %s:%d after %d "
+                                      "attempts: %s" % (self.main_address, self.port,
+                                                        self.attempts, last_error))
+            time.sleep(min(remaining, delay * (0.5 + random.random())))
+            delay = min(delay * 2, 2.0)
+
+    def send(self, message):
+        with self._send_lock:
+            sock = self.sock
+            if sock is None:
+                raise OSError("not connected")
+            sock.sendall(self.session.seal(message))
+
+    def ready(self):
+        self.send({"t": "ready"})
+
+    def start(self):
+        """Start the reader/heartbeat thread; events: go, done, lost."""
+        self.sock.settimeout(None)
+        self.sock.setblocking(True)
+        self._thread = threading.Thread(target=self._loop, name="rendezvous-client")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def _emit(self, event):
+        with self.event_cond:
+            self.events.append(event)
+            self.event_cond.notify_all()
+
+    def next_event(self, timeout):
+        with self.event_cond:
+            if not self.events:
+                self.event_cond.wait(timeout)
+            if self.events:
+                return self.events.popleft()
+        return None
+
+    def _loop(self):
+        sock = self.sock
+        last_rx = time.time()
+        next_hb = time.time()
+        try:
+            pending = list(self._lines)
+            self._lines.clear()
+            while not self._stop.is_set():
+                for line in pending:
+                    msg = self.session.open(protocol.decode(line))
+                    last_rx = time.time()
+                    kind = msg.get("t")
+                    if kind == "go":
+                        self._emit(("go", msg))
+                    elif kind == "done":
+                        self._emit(("done", msg))
+                        return
+                    elif kind != "hb":
+                        raise protocol.ProtocolError("unexpected %r" % kind)
+                pending = []
+                now = time.time()
+                if now >= next_hb:
+                    self.send({"t": "hb"})
+                    next_hb = now + self.hb_interval
+                if now - last_rx > self.hb_timeout:
+                    self._emit(("lost", "no message from the main node for %gs"
+                                % self.hb_timeout))
+                    return
+                readable, _, _ = select.select([sock], [], [], 0.5)
+                if readable:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        self._emit(("lost", "the main node closed the connection"))
+                        return
+                    last_rx = time.time()
+                    pending = self.buf.feed(chunk)
+        except (OSError, ValueError, AttributeError, protocol.ProtocolError) as exc:
+            if not self._stop.is_set():
+                self._emit(("lost", "connection to the main node failed: %s" % exc))
+
+    def report_exit(self, status):
+        with contextlib.suppress(OSError):
+            self.send({"t": "exit", "status": status})
+
+    def close(self):
+        self._stop.set()
+        self._close_sock()
+
+    def _close_sock(self):
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.close()
+            self.sock = None
