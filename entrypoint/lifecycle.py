@@ -134,6 +134,25 @@ class Supervisor(object):
                 self.terminate(proc, grace)
 
 
+def end_group(pgid, grace=2.0, reap=None):
+    """Stop what is left in a process group after its leader ended: SIGTERM, then SIGKILL after
+    ``grace`` seconds. ``reap`` is called while waiting so that PID 1 collects the zombies."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except OSError:
+        return
+    deadline = time.time() + grace
+    while time.time() < deadline:
+        if reap is not None:
+            reap()
+        try:
+            os.killpg(pgid, 0)
+        except OSError:
+            return
+        time.sleep(0.05)
+    kill_group(pgid)
+
+
 def kill_group(pgid):
     with contextlib.suppress(OSError):
         os.killpg(pgid, signal.SIGKILL)

@@ -453,6 +453,7 @@ class Runner(object):
                 break
         code = launcher.code
         log("launcher exited with %d" % code)
+        lifecycle.end_group(launcher.pid, 2.0, self.sup.reap)
         if failure is None and server is not None and code == 0 and \
                 self.effective_launcher() == "torchrun":
             failure = self._wait_children_finish(server, children_done)

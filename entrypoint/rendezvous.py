@@ -214,7 +214,7 @@ class Server(object):
         def _done():
             self.phase = "stopping"
             for conn in list(self.by_index.values()):
-                if conn.state == "ready":
+                if conn.state in ("ready", "exited"):
                     self._send(conn, {"t": "done", "status": status})
             flushed.set()
 

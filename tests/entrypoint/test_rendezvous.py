@@ -24,7 +24,7 @@ def make_server(num_nodes=3, secret=SECRET, **kwargs):
 def make_client(server_port, index, secret=SECRET, addr=None, **kwargs):
     kwargs.setdefault("hb_interval", 0.2)
     kwargs.setdefault("hb_timeout", 2.0)
-    fields = {"job": "job-1#%d" % index, "index": index, "addr": addr or "10.9.0.%d" % (index + 1),
+    fields = {"job": f"job-1#{index}", "index": index, "addr": addr or f"10.9.0.{index + 1}",
               "slots": 2, "host_key": KEY}
     return rendezvous.Client(secret, "127.0.0.1", server_port, fields, **kwargs)
 

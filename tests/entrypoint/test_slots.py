@@ -42,7 +42,7 @@ def test_proc_driver_nvidia(tmp_path):
 
 def test_dev_nvidia_counts_more_than_ten(tmp_path):
     for i in range(16):
-        touch(tmp_path, "/dev/nvidia%d" % i)
+        touch(tmp_path, f"/dev/nvidia{i}")
     for extra in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"):
         touch(tmp_path, "/dev/" + extra)
     result = slots.detect(root=str(tmp_path), run=no_tools)
@@ -52,16 +52,16 @@ def test_dev_nvidia_counts_more_than_ten(tmp_path):
 
 def test_habana_accel(tmp_path):
     for i in range(8):
-        touch(tmp_path, "/dev/accel/accel%d" % i)
-        touch(tmp_path, "/dev/accel/accel_controlD%d" % i)
+        touch(tmp_path, f"/dev/accel/accel{i}")
+        touch(tmp_path, f"/dev/accel/accel_controlD{i}")
     result = slots.detect(root=str(tmp_path), run=no_tools)
     assert (result.count, result.kind) == (8, "hpu")
 
 
 def test_habana_hl(tmp_path):
     for i in range(4):
-        touch(tmp_path, "/dev/hl%d" % i)
-        touch(tmp_path, "/dev/hl_controlD%d" % i)
+        touch(tmp_path, f"/dev/hl{i}")
+        touch(tmp_path, f"/dev/hl_controlD{i}")
     result = slots.detect(root=str(tmp_path), run=no_tools)
     assert (result.count, result.kind) == (4, "hpu")
 

@@ -1,0 +1,100 @@
+"""Launcher command construction."""
+
+import pytest
+
+from entrypoint import launch
+
+ENV = {"PATH": "/usr/bin", "LD_LIBRARY_PATH": "/x", "NCCL_DEBUG": "INFO", "FI_PROVIDER": "efa",
+       "OFI_NCCL_X": "1", "HOME": "/root", "WANDB_API_KEY": "k", "HF_HOME": "/h", "HF_TOKEN": "t",
+       "PYTHONPATH": "/p", "GLOO_SOCKET_IFNAME": "eth0"}
+
+
+def test_export_names():
+    assert launch.export_names(ENV) == [
+        "FI_PROVIDER", "GLOO_SOCKET_IFNAME", "LD_LIBRARY_PATH", "NCCL_DEBUG", "OFI_NCCL_X",
+        "PATH", "PYTHONPATH"]
+    extra = launch.export_names(ENV, ["WANDB_API_KEY", "HF_*", "MISSING"])
+    assert {"WANDB_API_KEY", "HF_HOME", "HF_TOKEN"} <= set(extra)
+    assert "MISSING" not in extra and "HOME" not in extra
+
+
+def test_mpirun_as_root():
+    argv = launch.mpirun_argv("/usr/bin/mpirun", ["python3", "train.py", "--lr", "1"], ENV, 16,
+                              "/run/mnp/hostfile", ["-mca", "pml", "ob1"],
+                              ["NCCL_DEBUG", "PATH"], is_root=True)
+    assert argv[:2] == ["/usr/bin/mpirun", "--allow-run-as-root"]
+    assert argv[argv.index("-np") + 1] == "16"
+    assert argv[argv.index("--hostfile") + 1] == "/run/mnp/hostfile"
+    joined = " ".join(argv)
+    assert "-mca plm_rsh_no_tree_spawn 1" in joined
+    assert "-mca orte_abort_on_non_zero_status 1" in joined
+    assert "-mca pml ob1" in joined
+    assert "-x NCCL_DEBUG -x PATH" in joined
+    assert argv[-4:] == ["python3", "train.py", "--lr", "1"]
+
+
+def test_mpirun_not_root_and_user_np():
+    argv = launch.mpirun_argv("mpirun", ["./a.out"], ENV, 16, "/h", [], [],
+                              launcher_args=["-np", "4", "--tag-output"], is_root=False)
+    assert "--allow-run-as-root" not in argv
+    assert argv.count("-np") == 1 and argv[argv.index("-np") + 1] == "4"
+    assert argv[-2:] == ["--tag-output", "./a.out"]
+
+
+def test_mpirun_script_gets_python():
+    argv = launch.mpirun_argv("mpirun", ["train.py", "--x"], ENV, 2, "/h", [], [])
+    assert argv[-3:] == ["python3", "train.py", "--x"]
+
+
+@pytest.mark.parametrize("command,kind,rest", [
+    (["python3", "train.py", "a"], "script", ["train.py", "a"]),
+    (["/usr/bin/python3.11", "train.py"], "script", ["train.py"]),
+    (["train.py", "a"], "script", ["train.py", "a"]),
+    (["python", "-m", "pkg.train", "a"], "module", ["pkg.train", "a"]),
+    (["python3", "-u", "train.py"], "exec", ["python3", "-u", "train.py"]),
+    (["./run.sh", "a"], "exec", ["./run.sh", "a"]),
+    (["bash", "-c", "python3 x.py"], "exec", ["bash", "-c", "python3 x.py"]),
+])
+def test_split_program(command, kind, rest):
+    assert launch.split_program(command) == (kind, rest)
+
+
+def test_torchrun_both_forms_work():
+    common = dict(nnodes=3, node_rank=2, nproc=8, master_addr="10.0.0.10", master_port=29500)
+    a = launch.torchrun_argv(["torchrun"], ["python3", "train.py", "--lr", "1"], **common)
+    b = launch.torchrun_argv(["torchrun"], ["train.py", "--lr", "1"], **common)
+    assert a == b == ["torchrun", "--nnodes", "3", "--node_rank", "2", "--nproc_per_node", "8",
+                      "--master_addr", "10.0.0.10", "--master_port", "29500",
+                      "train.py", "--lr", "1"]
+    module = launch.torchrun_argv(["torchrun"], ["python3", "-m", "pkg"], **common)
+    assert module[-2:] == ["-m", "pkg"]
+    other = launch.torchrun_argv(["torchrun"], ["./run.sh"], **common)
+    assert other[-2:] == ["--no_python", "./run.sh"]
+
+
+def test_torchrun_prefix_fallback():
+    assert launch.torchrun_prefix(lambda name: None) == ["python3", "-m", "torch.distributed.run"]
+    assert launch.torchrun_prefix(lambda name: "/usr/bin/torchrun") == ["torchrun"]
+
+
+def test_deepspeed():
+    argv = launch.deepspeed_argv(["deepspeed"], ["python3", "train.py", "--ds"],
+                                 "/run/mnp/hostfile", "openmpi", "10.0.0.10", 29500,
+                                 "--allow-run-as-root -mca x y")
+    assert argv == ["deepspeed", "--hostfile", "/run/mnp/hostfile", "--launcher", "openmpi",
+                    "--master_addr", "10.0.0.10", "--master_port", "29500",
+                    "--launcher_args", "--allow-run-as-root -mca x y", "train.py", "--ds"]
+    other = launch.deepspeed_argv(["deepspeed"], ["./run.sh"], "/h", "pdsh", "a", 1)
+    assert other[-3:] == ["--no_python", "--no_local_rank", "./run.sh"]
+    module = launch.deepspeed_argv(["deepspeed"], ["python3", "-m", "pkg"], "/h", "pdsh", "a", 1)
+    assert module[-2:] == ["--module", "pkg"]
+    assert launch.deepspeed_prefix(lambda n: None) == ["python3", "-m",
+                                                       "deepspeed.launcher.runner"]
+
+
+def test_deepspeed_env_file(tmp_path):
+    path = launch.deepspeed_env_file(str(tmp_path / "ds_env"), {"FI_PROVIDER": "efa",
+                                                                "BAD": "a\nb"},
+                                     ["FI_PROVIDER", "BAD"])
+    with open(path) as handle:
+        assert handle.read() == "FI_PROVIDER=efa\n"

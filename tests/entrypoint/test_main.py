@@ -1,0 +1,234 @@
+"""The entrypoint as a process: exit codes, dry runs, and a multi-node job on this host.
+
+The multi-node tests run the main node and its children as processes on this machine, with a
+fake ``torchrun`` on PATH that records its arguments (the real one runs in the Docker
+integration tests)."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from entrypoint import netaddr
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AWS_BATCH_", "MNP_", "OMPI_", "NCCL_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(extra)
+    return env
+
+
+def run(args, timeout=60, **extra):
+    return subprocess.run([sys.executable, "-m", "entrypoint"] + list(args),
+                          env=clean_env(**extra), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def start(args, **extra):
+    return subprocess.Popen([sys.executable, "-m", "entrypoint"] + list(args),
+                            env=clean_env(**extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, universal_newlines=True)
+
+
+@pytest.mark.parametrize("env,variable", [
+    ({"MNP_LAUNCHER": "srun"}, "MNP_LAUNCHER"),
+    ({"AWS_BATCH_JOB_NODE_INDEX": "x", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+      "AWS_BATCH_JOB_NUM_NODES": "2"}, "AWS_BATCH_JOB_NODE_INDEX"),
+    ({"AWS_BATCH_JOB_NODE_INDEX": "2", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+      "AWS_BATCH_JOB_NUM_NODES": "2"}, "AWS_BATCH_JOB_NODE_INDEX"),
+    ({"AWS_BATCH_JOB_NODE_INDEX": "1", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+      "AWS_BATCH_JOB_NUM_NODES": "2"}, "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"),
+    ({"MNP_NETWORK_INTERFACE": "nosuchif0"}, "MNP_NETWORK_INTERFACE"),
+])
+def test_invalid_values_exit_2_with_one_line(env, variable):
+    result = run(["true"], **env)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and variable in errors[0]
+
+
+def test_no_command_is_a_usage_error():
+    result = run([])
+    assert result.returncode == 2
+    assert "no command" in result.stderr
+
+
+def test_single_node_runs_the_command_and_keeps_its_exit_code():
+    assert run(["sh", "-c", "exit 3"]).returncode == 3
+    assert run(["sh", "-c", "kill -KILL $$"]).returncode == 137
+    result = run(["sh", "-c", "echo hello"])
+    assert result.returncode == 0 and result.stdout == "hello\n"
+
+
+def test_missing_program_is_127():
+    assert run(["/nonexistent/program"]).returncode == 127
+
+
+def test_sigterm_is_forwarded_and_exit_is_143():
+    proc = start(["sh", "-c", "trap 'echo got-term; exit 0' TERM; sleep 30 & wait"])
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 143
+    assert "got-term" in out
+
+
+def test_single_node_mpirun_dry_run_with_slots(tmp_path):
+    result = run(["python3", "train.py"], MNP_DRY_RUN="1", MNP_SLOTS_PER_NODE="4",
+                 MNP_STATE_DIR=str(tmp_path / "state"))
+    assert result.returncode == 0, result.stderr
+    assert "localhost slots=4" in result.stdout
+    assert "-np 4" in result.stdout
+    assert not (tmp_path / "state").exists()
+
+
+BATCH = {"AWS_BATCH_JOB_MAIN_NODE_INDEX": "0", "AWS_BATCH_JOB_NUM_NODES": "3",
+         "AWS_BATCH_JOB_ID": "job-42"}
+
+
+def test_dry_run_on_main_node_prints_a_complete_plan(tmp_path):
+    result = run(["python3", "train.py", "--lr", "0.1"], MNP_DRY_RUN="1",
+                 AWS_BATCH_JOB_NODE_INDEX="0", MNP_SECRET="topsecret",
+                 MNP_STATE_DIR=str(tmp_path), **BATCH)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for needle in ("role: main", "address:", "devices: 1 slot(s)", "fabric TCP",
+                   "rendezvous: listen on port 29410", "nodes 1, 2", "slots=1",
+                   "command: ", "mpirun", "--hostfile", "train.py --lr 0.1",
+                   "NCCL_SOCKET_IFNAME==", "full environment"):
+        assert needle in out, needle
+    assert "topsecret" not in out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_dry_run_on_child_node_prints_a_complete_plan():
+    result = run(["python3", "train.py"], MNP_DRY_RUN="1", AWS_BATCH_JOB_NODE_INDEX="2",
+                 AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS="10.1.2.3", **BATCH)
+    assert result.returncode == 0, result.stderr
+    for needle in ("role: child, node 2 of 3", "register with 10.1.2.3:29410",
+                   "secret NOT SET", "sshd on port 2222", "command: none on this node"):
+        assert needle in result.stdout, needle
+    torch = run(["python3", "train.py"], MNP_DRY_RUN="1", MNP_LAUNCHER="torchrun",
+                AWS_BATCH_JOB_NODE_INDEX="2",
+                AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS="10.1.2.3", **BATCH)
+    assert "--node_rank 2" in torch.stdout and "--master_addr 10.1.2.3" in torch.stdout
+
+
+# -- a multi-node job of processes on this host -----------------------------------------------
+
+FAKE_TORCHRUN = """#!/bin/sh
+echo "$MNP_NODE_INDEX $*" > "$FAKE_OUT/node$MNP_NODE_INDEX"
+if [ "$MNP_NODE_INDEX" = "$FAKE_FAIL_NODE" ]; then exit 5; fi
+if [ -n "$FAKE_SLEEP" ]; then sleep "$FAKE_SLEEP"; fi
+exit 0
+"""
+
+
+def free_port():
+    sock = socket.socket()
+    sock.bind(("0.0.0.0", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+@pytest.fixture
+def job(tmp_path):
+    try:
+        main_addr = netaddr.choose(None).address
+    except netaddr.AddressError:
+        pytest.skip("no usable non-loopback address on this host")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "torchrun").write_text(FAKE_TORCHRUN)
+    (bindir / "torchrun").chmod(0o755)
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    port, master_port = free_port(), free_port()
+    procs = []
+
+    def node(index, num=3, **extra):
+        env = dict(AWS_BATCH_JOB_NODE_INDEX=str(index), AWS_BATCH_JOB_MAIN_NODE_INDEX="0",
+                   AWS_BATCH_JOB_NUM_NODES=str(num), AWS_BATCH_JOB_ID="job-7",
+                   MNP_LAUNCHER="torchrun", MNP_SECRET="s3", MNP_RENDEZVOUS_PORT=str(port),
+                   MNP_MASTER_PORT=str(master_port), MNP_HEARTBEAT_TIMEOUT="4",
+                   MNP_STATE_DIR=str(tmp_path / f"state{index}"), FAKE_OUT=str(outdir),
+                   PATH=f"{bindir}:{os.environ['PATH']}")
+        if index != 0:
+            env["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = main_addr
+        env.update(extra)
+        proc = start(["python3", "train.py", "--epochs", "1"], **env)
+        procs.append(proc)
+        return proc
+
+    node.main_addr = main_addr
+    node.outdir = outdir
+    yield node
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def finish(proc, timeout=60):
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
+
+
+def test_local_job_succeeds(job):
+    children = [job(2), job(1)]  # children first, in reverse order
+    time.sleep(0.5)
+    main = job(0)
+    code, out = finish(main)
+    assert code == 0, out
+    for child in children:
+        code, out = finish(child)
+        assert code == 0, out
+    for index in range(3):
+        args = (job.outdir / f"node{index}").read_text().split()
+        assert args[0] == str(index)
+        assert args[args.index("--node_rank") + 1] == str(index)
+        assert args[args.index("--nnodes") + 1] == "3"
+        assert args[args.index("--master_addr") + 1] == job.main_addr
+        assert args[-3:] == ["train.py", "--epochs", "1"]
+
+
+def test_local_job_fails_when_a_child_fails(job):
+    main = job(0, FAKE_FAIL_NODE="2", FAKE_SLEEP="20")
+    job(1, FAKE_FAIL_NODE="2", FAKE_SLEEP="20")
+    job(2, FAKE_FAIL_NODE="2", FAKE_SLEEP="20")
+    start_time = time.time()
+    code, out = finish(main)
+    assert code != 0
+    assert "node 2 failed (exit code 5)" in out
+    assert time.time() - start_time < 18
+
+
+def test_local_job_names_a_missing_child(job):
+    main = job(0, MNP_WAIT_TIMEOUT="2")
+    child = job(1, MNP_WAIT_TIMEOUT="2")
+    code, out = finish(main)
+    assert code == 1
+    assert "node(s) 2 never registered" in out
+    code, out = finish(child)
+    assert "job ended" in out
+
+
+def test_local_job_rejects_the_wrong_secret(job):
+    main = job(0, num=2, MNP_WAIT_TIMEOUT="3")
+    intruder = job(1, num=2, MNP_SECRET="wrong")
+    code, out = finish(intruder)
+    assert code == 1 and "MNP_SECRET" in out
+    code, out = finish(main)
+    assert code == 1
+    assert "rejected registration" in out and "authentication failed" in out

@@ -1,0 +1,80 @@
+"""Per-job SSH material: keys, sshd and client configs, known_hosts."""
+
+import os
+import shutil
+
+import pytest
+
+from entrypoint import ssh
+from entrypoint.rendezvous import HOST_KEY_RE, NodeInfo
+
+needs_keygen = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="no ssh-keygen")
+
+
+def test_sshd_config_is_keys_only(tmp_path):
+    paths = ssh.Paths(str(tmp_path))
+    text = ssh.sshd_config_text(paths, 2222, "root")
+    for line in ("Port 2222", "PasswordAuthentication no", "PubkeyAuthentication yes",
+                 "KbdInteractiveAuthentication no", "PermitRootLogin prohibit-password",
+                 "AllowUsers root", "UsePAM no", "AuthorizedKeysFile " + paths.authorized_keys,
+                 "HostKey " + paths.host_key):
+        assert line in text.splitlines()
+    assert "PermitRootLogin no" in ssh.sshd_config_text(paths, 2222, "alice")
+
+
+def test_client_config_checks_host_keys(tmp_path):
+    paths = ssh.Paths(str(tmp_path))
+    text = ssh.client_config_text(paths, 2222, "root")
+    assert "    StrictHostKeyChecking yes" in text.splitlines()
+    assert f"    UserKnownHostsFile {paths.known_hosts}" in text.splitlines()
+    assert "    Port 2222" in text.splitlines()
+    assert "    BatchMode yes" in text.splitlines()
+    assert "no" not in [line.split()[-1] for line in text.splitlines()
+                        if "StrictHostKeyChecking" in line]
+
+
+def test_known_hosts_lines():
+    nodes = [NodeInfo(1, "10.0.0.11", 1, "ssh-ed25519 BBBB"),
+             NodeInfo(0, "10.0.0.10", 1, "ssh-ed25519 AAAA"), NodeInfo(2, "10.0.0.12", 1, "")]
+    assert ssh.known_hosts_text(nodes, 2222) == (
+        "[10.0.0.10]:2222 ssh-ed25519 AAAA\n[10.0.0.11]:2222 ssh-ed25519 BBBB\n")
+    assert ssh.known_hosts_text(nodes[:1], 22) == "10.0.0.11 ssh-ed25519 BBBB\n"
+
+
+@needs_keygen
+def test_prepare_server_and_client(tmp_path):
+    paths = ssh.Paths(str(tmp_path))
+    host_pub = ssh.prepare_server(paths, 2222, "root", "test-host")
+    client_pub = ssh.prepare_client(paths, 2222, "root", "test-client")
+    assert HOST_KEY_RE.match(host_pub) and HOST_KEY_RE.match(client_pub)
+    assert host_pub != client_pub
+    assert oct(os.stat(paths.dir).st_mode & 0o777) == "0o700"
+    assert oct(os.stat(paths.client_key).st_mode & 0o777) == "0o600"
+    ssh.authorize(paths, client_pub)
+    with open(paths.authorized_keys) as handle:
+        assert handle.read() == client_pub + "\n"
+    # a fresh key each time: nothing is reused between jobs
+    assert ssh.prepare_client(paths, 2222, "root", "again") != client_pub
+
+
+def test_install_user_config_keeps_existing(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    paths = ssh.Paths(str(tmp_path / "state"))
+    note = ssh.install_user_config(paths)
+    assert "wrote" in note
+    with open(str(tmp_path / ".ssh" / "config")) as handle:
+        assert handle.read() == f"Include {paths.ssh_config}\n"
+    assert "kept" in ssh.install_user_config(paths)
+
+
+def test_wait_listening(tmp_path):
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1)
+    port = sock.getsockname()[1]
+    assert ssh.wait_listening(port, 2)
+    sock.close()
+    assert not ssh.wait_listening(port, 0.3)
+    assert not ssh.wait_listening(port, 5, alive=lambda: False)
