@@ -99,10 +99,17 @@ class PushResult:
         return sum(tag.blobs_pushed for tag in self.layers + self.final)
 
     @property
-    def image_digest_uri(self) -> str:
-        """The stack's final image by digest (``registry/repo@sha256:...``), for job definitions."""
-        last = self.final[0] if self.final else self.layers[-1]
-        return f"{last.ref.rsplit(':', 1)[0]}@{last.digest}"
+    def image_digest_uri(self) -> str | None:
+        """The pushed final image by digest (``registry/repo@sha256:...``), for job definitions.
+
+        Taken from a stack tag that points at this image, else from the last layer's content
+        tag when it was pushed in this run; None when neither holds (e.g. every tag was kept).
+        """
+        candidates = [tag for tag in self.final if tag.action in ("pushed", "present")]
+        candidates += [tag for tag in self.layers[-1:] if tag.action == "pushed"]
+        if not candidates:
+            return None
+        return f"{candidates[0].ref.rsplit(':', 1)[0]}@{candidates[0].digest}"
 
 
 class _Transient(Exception):

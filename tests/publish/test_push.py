@@ -121,6 +121,29 @@ def test_digest_mismatch_is_an_error(docker_client, chain, registry, state_dir, 
     assert registry.manifest_digest(chain.repo, "tinystack") is None
 
 
+def test_immutable_stack_tag_is_kept_not_fatal(
+    docker_client, chain, registry, state_dir, monkeypatch
+):
+    """An ECR-style immutable refusal of the moving <stack> tag leaves it and warns."""
+    record_pass(chain.image_id, chain.stack, state_dir)
+    real_push_once = publish._push_once
+
+    def immutable_stack_tag(client, remote_repo, tag, target):
+        if tag == chain.stack:
+            raise publish._TagExists(
+                f"tag invalid: The image tag '{tag}' already exists in the 'x' repository and "
+                "cannot be overwritten because the repository is immutable."
+            )
+        return real_push_once(client, remote_repo, tag, target)
+
+    monkeypatch.setattr(publish, "_push_once", immutable_stack_tag)
+    lines: list[str] = []
+    result = _push(docker_client, chain, registry, state_dir, log=lines.append)
+    assert [tag.action for tag in result.final] == ["pushed", "kept"]
+    assert any(line.strip().startswith("kept") and "immutable" in line for line in lines)
+    assert result.image_digest_uri.endswith(result.final[0].digest)
+
+
 def test_missing_local_image_says_how_to_build(docker_client, chain, registry, state_dir):
     with pytest.raises(UserError, match=r"not in the local engine; run `invoke build --stack x`"):
         push_stack(
