@@ -120,12 +120,12 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
             gpus=0,
             hpus=8,
             efa_interfaces=1,
-            efa_rdma_read=True,
+            efa_rdma_read=False,
             shm_mib=64000,
             source=(
                 f"{_FACTS} 4 and 5: 8 Gaudi HPUs, 96 vCPU, 768 GB, 1 EFA, sharedMemorySize "
-                "64000 (AWS Batch DL1 workshop job definition); RDMA read: inferred from EC2UG "
-                "efa.md peer-direct support for dl1.24xlarge (unverified)"
+                "64000 (AWS Batch DL1 workshop job definition); RDMA read: not in the list the "
+                "entrypoint uses (p4d/p4de, p5*, p6, trn1/trn2; entrypoint/fabric.py)"
             ),
         ),
         InstanceType(

@@ -110,10 +110,9 @@ def mnp_environment(
         "MNP_FABRIC": fabric or ("efa" if instance.has_efa else "tcp"),
         "MNP_SLOTS_PER_NODE": str(instance.slots_per_node()),
         "MNP_WAIT_TIMEOUT": str(wait_timeout_s),
-        "MNP_EFA_DEVICES": str(instance.efa_interfaces),
+        # The entrypoint derives the EFA settings (FI_EFA_USE_DEVICE_RDMA...) from this.
+        "MNP_INSTANCE_TYPE": instance.name,
     }
-    if instance.efa_rdma_read and env["MNP_FABRIC"] == "efa":
-        env["FI_EFA_USE_DEVICE_RDMA"] = "1"
     for name, value in (extra or {}).items():
         if not _ENV_NAME.match(name):
             raise UserError(f"--env {name!r}: not a valid environment variable name")

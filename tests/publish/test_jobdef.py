@@ -70,7 +70,9 @@ def test_every_instance_type_makes_a_valid_definition(instance_type):
     assert env["MNP_SLOTS_PER_NODE"] == str(instance.slots_per_node())
     assert env["MNP_FABRIC"] == ("efa" if instance.efa_interfaces else "tcp")
     assert env["NCCL_DEBUG"] == "INFO"
-    assert ("FI_EFA_USE_DEVICE_RDMA" in env) == instance.efa_rdma_read
+    assert env["MNP_INSTANCE_TYPE"] == instance_type
+    assert env["MNP_WAIT_TIMEOUT"] == "600"
+    assert env["MNP_LAUNCHER"] == "mpirun"
 
 
 def test_instance_table_numbers():
@@ -104,7 +106,6 @@ def test_no_secret_no_secrets_block():
     definition = build_job_definition("cpu-tcp", 2, "c5n.18xlarge", IMAGE, fabric="tcp")
     assert "secrets" not in _container(definition)
     assert _env(definition)["MNP_FABRIC"] == "tcp"
-    assert "FI_EFA_USE_DEVICE_RDMA" not in _env(definition)
 
 
 def test_command_name_and_timeout():
