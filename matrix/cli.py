@@ -150,3 +150,52 @@ def ci_matrix(stacks_file: str) -> dict[str, Any]:
     strategy = {"include": include}
     print(json.dumps(strategy, separators=(",", ":")))
     return strategy
+
+
+def build(stacks_file: str, stack: str | None, all_stacks: bool, registry: str | None,
+          ca_bundle: str | None) -> None:
+    from matrix import build as builder
+    from matrix import ca, engine
+
+    matrix = load(stacks_file)
+    names = selected(matrix, stack, all_stacks)
+    result = plan(matrix, names)
+    bundle = ca.resolve(ca_bundle)
+    client = engine.ensure()
+    builder.build(client, result, names, registry=registry, ca_bundle=bundle, console=console)
+    for name in names:
+        print(f"{name}: {result.final_ref(name)} = {result.chains[name][-1]}")
+
+
+def ref(stacks_file: str, stack: str) -> str:
+    matrix = load(stacks_file)
+    result = plan(matrix, [stack])
+    final = result.chains[stack][-1]
+    print(final)
+    return final
+
+
+def start_engine() -> None:
+    from matrix import engine
+
+    client = engine.ensure()
+    print(f"Docker engine {client.version().get('Version', '?')} is running")
+
+
+def test_stack(stacks_file: str, stack: str | None, all_stacks: bool) -> None:
+    from matrix import engine, testing
+
+    matrix = load(stacks_file)
+    names = selected(matrix, stack, all_stacks)
+    result = plan(matrix, names)
+    client = engine.ensure()
+    failures = []
+    for name in names:
+        try:
+            testing.run_stack_tests(client, result, name, console=console)
+        except UserError as exc:
+            if len(names) == 1:
+                raise
+            failures.append(str(exc))
+    if failures:
+        raise UserError("; ".join(failures))

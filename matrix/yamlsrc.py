@@ -55,8 +55,12 @@ def loads(text: str, path: Path) -> Located:
         line = f":{mark.line + 1}" if mark else ""
         problem = exc.problem or exc.context or "invalid YAML"
         raise UserError(f"{path}{line}: invalid YAML: {problem}") from None
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        raise UserError(f"{path}:{line}: invalid YAML: character {exc.character!r} "
+                        "is not allowed") from None
     except yaml.YAMLError as exc:
-        raise UserError(f"{path}: invalid YAML: {exc}") from None
+        raise UserError(f"{path}: invalid YAML: {' '.join(str(exc).split())}") from None
     located = Located(path=path, data=None)
     if root is None:
         return located
@@ -80,6 +84,8 @@ def _construct(node: yaml.Node, json_path: JsonPath, located: Located) -> Any:
                 raise UserError(f"{located.path}:{key_node.start_mark.line + 1}: "
                                 f"duplicate key {key!r}")
             result[key] = _construct(value_node, json_path + (key,), located)
+            # Point at the key's line: for a block value that is where a reader looks.
+            located.lines[json_path + (key,)] = key_node.start_mark.line + 1
         return result
     if isinstance(node, yaml.SequenceNode):
         return [_construct(item, json_path + (i,), located) for i, item in enumerate(node.value)]

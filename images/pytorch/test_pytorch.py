@@ -1,0 +1,31 @@
+"""PyTorch layer: version equals the matrix; a 2-process gloo allreduce in one container."""
+
+ALLREDUCE = """
+import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+def run(rank):
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29511", rank=rank, world_size=2)
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    print(rank, float(t[0]), flush=True)
+    dist.destroy_process_group()
+if __name__ == "__main__":
+    mp.spawn(run, nprocs=2)
+"""
+
+
+def test_version(host, layer):
+    out = host.check_output("python3 -c 'import torch; print(torch.__version__)'")
+    expected = layer["spec"].get("options", {}).get("reported_version", layer["version"])
+    assert out.split("+")[0] == expected
+
+
+def test_gloo_available(host):
+    code = "import torch.distributed as d; print(d.is_available(), d.is_gloo_available())"
+    assert host.check_output(f"python3 -c '{code}'") == "True True"
+
+
+def test_two_process_gloo_allreduce(host):
+    host.run(f"cat > /tmp/allreduce.py <<'PY'\n{ALLREDUCE}\nPY")
+    out = host.run("timeout 120 python3 /tmp/allreduce.py")
+    assert out.rc == 0, out.stderr
+    assert sorted(out.stdout.strip().splitlines()) == ["0 3.0", "1 3.0"]

@@ -1,0 +1,248 @@
+"""Build a plan's layers on a Docker engine, in dependency order, under content-addressed tags.
+
+A layer whose tag already exists locally is not rebuilt; one found in the configured registry is
+pulled instead. Each build streams through the Engine API (docker SDK, classic builder) with a
+status per step, its full log saved under ``.mnp/logs/``; a failure shows the log's tail, skips
+the layers above it and ends the run with a summary and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+from docker.errors import APIError, ImageNotFound, NotFound
+from rich.console import Console
+from rich.table import Table
+
+from matrix import bootstrap, ca
+from matrix.errors import UserError
+from matrix.plan import Layer, Plan
+from matrix.render import ROOT
+
+STATE = ROOT / ".mnp"
+STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
+TAIL_LINES = 25
+
+
+@dataclass
+class LayerResult:
+    layer: Layer
+    status: str  # built, cached, pulled, failed, skipped
+    seconds: float = 0.0
+    size: int = 0
+    added: int = 0
+    image_id: str = ""
+    log: Path | None = None
+
+
+class Reporter:
+    """Per-layer status lines; a live spinner on a terminal, plain lines in CI logs."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.live = console.is_terminal
+        self._status = None
+
+    def start(self, index: int, total: int, layer: Layer) -> None:
+        self.prefix = f"[{index}/{total}] {layer.name}"
+        if self.live:
+            self._status = self.console.status(f"{self.prefix}: starting")
+            self._status.start()
+        else:
+            self.console.print(f"{self.prefix}: building {layer.tag}")
+
+    def step(self, step: int, steps: int, text: str) -> None:
+        message = f"{self.prefix}: step {step}/{steps} {text[:90]}"
+        if self._status is not None:
+            self._status.update(message)
+        else:
+            self.console.print(f"  step {step}/{steps} {text[:110]}")
+
+    def done(self, result: LayerResult, index: int, total: int) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+        detail = {"cached": "cached (tag exists)", "pulled": "pulled from registry",
+                  "built": f"done in {result.seconds:.0f} s",
+                  "failed": f"FAILED after {result.seconds:.0f} s",
+                  "skipped": "skipped (a parent failed)"}[result.status]
+        size = f", {_mb(result.size)} MB (+{_mb(result.added)})" if result.size else ""
+        self.console.print(f"[{index}/{total}] {result.layer.name}: {detail}{size}")
+
+
+def build(client: docker.DockerClient, plan: Plan, stacks: list[str], *,
+          registry: str | None = None, ca_bundle: Path | None = None,
+          console: Console | None = None, state: Path = STATE) -> list[LayerResult]:
+    """Build what the stacks need; returns one result per layer (raises after a failure)."""
+    console = console or Console(highlight=False)
+    bases = {plan.matrix.stack(s).base.name: plan.matrix.stack(s).base for s in stacks}
+    for base in bases.values():
+        how = bootstrap.ensure_base(client, base, log=console.print)
+        console.print(f"base {base.image}: {how}")
+    layers = plan.order(stacks)
+    reporter = Reporter(console)
+    results: dict[str, LayerResult] = {}
+    with ca.serve(ca_bundle) as ca_url:
+        for index, layer in enumerate(layers, start=1):
+            parent = results.get(layer.parent)
+            if parent is not None and parent.status in ("failed", "skipped"):
+                result = LayerResult(layer, "skipped")
+            else:
+                reporter.start(index, len(layers), layer)
+                result = _one(client, layer, registry, ca_url, reporter, state)
+            _measure(client, result, results.get(layer.parent))
+            results[layer.ref] = result
+            reporter.done(result, index, len(layers))
+            if result.status == "failed" and result.log:
+                _show_tail(console, result.log)
+    ordered = [results[layer.ref] for layer in layers]
+    summary(console, ordered)
+    failed = [r for r in ordered if r.status == "failed"]
+    if failed:
+        raise UserError(f"layer {failed[0].layer.name} failed to build; full log: {failed[0].log}")
+    for stack in stacks:
+        final = plan.layers[plan.chains[stack][-1]]
+        repository, tag = plan.final_ref(stack).rsplit(":", 1)
+        client.api.tag(final.ref, repository, tag)
+        _check_budget(plan, stack, results[final.ref])
+    return ordered
+
+
+def _one(client: docker.DockerClient, layer: Layer, registry: str | None, ca_url: str,
+         reporter: Reporter, state: Path) -> LayerResult:
+    if _exists(client, layer.ref):
+        return LayerResult(layer, "cached")
+    if registry and _pull(client, layer, registry):
+        return LayerResult(layer, "pulled")
+    log_path = state / "logs" / f"{layer.tag}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    ok = _stream_build(client, layer, ca_url, reporter, log_path)
+    return LayerResult(layer, "built" if ok else "failed", time.monotonic() - started,
+                       log=log_path)
+
+
+def _stream_build(client: docker.DockerClient, layer: Layer, ca_url: str, reporter: Reporter,
+                  log_path: Path) -> bool:
+    args = dict(layer.build_args)
+    if ca_url:
+        args["MNP_CA_URL"] = ca_url
+    with log_path.open("w", encoding="utf-8") as log:
+        log.write(f"# {layer.ref}\n# FROM {layer.parent}\n")
+        try:
+            for chunk in client.api.build(fileobj=context_tar(layer), custom_context=True,
+                                          tag=layer.ref, rm=True, forcerm=True, pull=False,
+                                          network_mode="host", buildargs=args, decode=True):
+                if "stream" in chunk:
+                    text = chunk["stream"]
+                    log.write(text)
+                    match = STEP.match(text.strip())
+                    if match:
+                        reporter.step(int(match[1]), int(match[2]), match[3])
+                elif "error" in chunk:
+                    log.write(f"\nERROR: {chunk['error']}\n")
+                    return False
+        except APIError as exc:
+            log.write(f"\nERROR: {exc.explanation or exc}\n")
+            return False
+    return _exists(client, layer.ref)
+
+
+def context_tar(layer: Layer) -> io.BytesIO:
+    """The build context: the rendered Dockerfile plus the layer's files, deterministic tar."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        _add(tar, "Dockerfile", layer.dockerfile.encode(), 0o644)
+        for item in layer.context:
+            _add(tar, item.path, item.source.read_bytes(), 0o755 if item.executable else 0o644)
+    buffer.seek(0)
+    return buffer
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(data), mode, 0
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _exists(client: docker.DockerClient, ref: str) -> bool:
+    try:
+        client.images.get(ref)
+        return True
+    except ImageNotFound:
+        return False
+
+
+def remote_ref(layer: Layer, registry: str) -> str:
+    return f"{registry.rstrip('/')}/{layer.ref}"
+
+
+def _pull(client: docker.DockerClient, layer: Layer, registry: str) -> bool:
+    """Pull the layer from the registry when it is there, and tag it under the local name."""
+    remote = remote_ref(layer, registry)
+    try:
+        client.images.get_registry_data(remote)
+    except (NotFound, APIError):
+        return False
+    repository, tag = remote.rsplit(":", 1)
+    image = client.images.pull(repository, tag=tag)
+    local_repo, local_tag = layer.ref.rsplit(":", 1)
+    image.tag(local_repo, local_tag)
+    return True
+
+
+def _measure(client: docker.DockerClient, result: LayerResult,
+             parent: LayerResult | None) -> None:
+    if result.status in ("failed", "skipped"):
+        return
+    image = client.images.get(result.layer.ref)
+    result.image_id = image.id
+    result.size = image.attrs.get("Size", 0)
+    if parent is not None:
+        result.added = max(result.size - parent.size, 0)
+    else:
+        try:
+            result.added = result.size - client.images.get(result.layer.parent).attrs["Size"]
+        except ImageNotFound:
+            result.added = result.size
+
+
+def _show_tail(console: Console, log: Path) -> None:
+    lines = log.read_text(encoding="utf-8", errors="replace").splitlines()[-TAIL_LINES:]
+    console.print(f"--- last {len(lines)} lines of {log} ---", markup=False)
+    for line in lines:
+        console.print(line, markup=False, highlight=False)
+    console.print("---", markup=False)
+
+
+def summary(console: Console, results: list[LayerResult]) -> None:
+    table = Table(title="build summary")
+    for column in ("layer", "tag", "status", "time", "size", "added"):
+        table.add_column(column, justify="right" if column in ("time", "size", "added") else "left")
+    for r in results:
+        table.add_row(r.layer.name, r.layer.tag, r.status,
+                      f"{r.seconds:.0f} s" if r.status in ("built", "failed") else "-",
+                      f"{_mb(r.size)} MB" if r.size else "-",
+                      f"{_mb(r.added)} MB" if r.size else "-")
+    console.print(table)
+    built = sum(r.status == "built" for r in results)
+    console.print(f"{built} layer(s) built, {sum(r.status == 'cached' for r in results)} cached, "
+                  f"{sum(r.status == 'pulled' for r in results)} pulled")
+
+
+def _check_budget(plan: Plan, stack: str, final: LayerResult) -> None:
+    budget = plan.matrix.stack(stack).size_budget_mb
+    if budget and final.size > budget * 1_000_000:
+        raise UserError(f"{plan.matrix.stack(stack).where}: stack {stack}: image is "
+                        f"{_mb(final.size)} MB, over its size_budget_mb of {budget}")
+
+
+def _mb(size: int) -> int:
+    return round(size / 1_000_000)
+

@@ -1,0 +1,84 @@
+"""Find a Docker engine, or start one where we may.
+
+DOCKER_HOST or the default socket is tried first. When nothing answers and we are root on
+Debian or Ubuntu, Debian's ``docker.io`` is installed if missing and ``dockerd`` is started in the
+background (the quick start and CI use this); anywhere else that is one clear error.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import docker
+from docker.errors import DockerException
+
+from matrix.errors import UserError
+
+DOCKERD_LOG = Path("/var/log/mnp-dockerd.log")
+
+
+def connect(timeout: int = 600) -> docker.DockerClient:
+    """A client for a running engine (raises :class:`UserError` when there is none)."""
+    try:
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+        return client
+    except DockerException as exc:
+        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        raise UserError(f"no Docker engine answers at {where} ({_short(exc)}); start one, set "
+                        "DOCKER_HOST, or run `invoke engine` as root on Debian/Ubuntu") from None
+
+
+def ensure(start: bool = True, wait_s: float = 60) -> docker.DockerClient:
+    """Connect, starting a local engine first when none answers and we are allowed to."""
+    try:
+        return connect()
+    except UserError:
+        if not start or "DOCKER_HOST" in os.environ:
+            raise
+    if os.geteuid() != 0 or not _debian_family():
+        raise UserError("no Docker engine answers and this is not root on Debian/Ubuntu, so none "
+                        "can be started here: start dockerd yourself or set DOCKER_HOST")
+    if not shutil.which("dockerd"):
+        print("installing docker.io (Debian package) ...", flush=True)
+        _apt_install("docker.io")
+    print(f"starting dockerd (log: {DOCKERD_LOG}) ...", flush=True)
+    with DOCKERD_LOG.open("ab") as log:
+        subprocess.Popen(["dockerd"], stdout=log, stderr=subprocess.STDOUT,
+                         start_new_session=True)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            return connect()
+        except UserError:
+            time.sleep(0.5)
+    raise UserError(f"dockerd did not answer within {wait_s:.0f} s; see {DOCKERD_LOG}")
+
+
+def _debian_family() -> bool:
+    try:
+        text = Path("/etc/os-release").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    family = f"{fields.get('ID', '')} {fields.get('ID_LIKE', '')}".replace('"', "")
+    return any(name in family.split() for name in ("debian", "ubuntu"))
+
+
+def _apt_install(*packages: str) -> None:
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for command in (["apt-get", "update", "-qq"],
+                    ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]):
+        proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        if proc.returncode:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
+            raise UserError(f"`{' '.join(command)}` failed: {' '.join(tail)}")
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:160]

@@ -1,0 +1,141 @@
+"""Run each layer's testinfra tests against a container of that layer's image.
+
+For every layer of a stack, ``images/<component>/test_*.py`` runs under pytest with testinfra's
+docker backend against a fresh container of the layer's own image (so a layer is tested before
+anything above it can hide a problem); the stack-level tests in ``images/_stack/`` run against the
+final image. Results are reported per layer, and a stack whose tests all pass is recorded by image
+ID (:mod:`matrix.testrecord`), which ``invoke push`` requires.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+from docker.errors import ImageNotFound
+from rich.console import Console
+from rich.table import Table
+
+from matrix import testrecord
+from matrix.errors import UserError
+from matrix.plan import Layer, Plan
+from matrix.render import IMAGES, ROOT
+
+
+@dataclass
+class LayerTests:
+    layer: Layer
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    seconds: float = 0.0
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0
+
+
+def test_files(component: str, images: Path = IMAGES) -> list[Path]:
+    folder = "_stack" if component == "_stack" else component
+    return sorted((images / folder).glob("test_*.py"))
+
+
+def layer_description(plan: Plan, stack: str, layer: Layer) -> dict:
+    """What a layer test knows about its layer (the ``layer`` fixture in images/conftest.py)."""
+    s = plan.matrix.stack(stack)
+    spec = next((cv.spec for cv in s.layers if cv.component == layer.component), {})
+    return {"component": layer.component, "version": layer.version, "spec": spec,
+            "stack": stack, "fabric": s.fabric, "image": layer.ref, "versions": s.versions(),
+            "components": [cv.component for cv in s.layers]}
+
+
+def run_stack_tests(client: docker.DockerClient, plan: Plan, stack: str,
+                    console: Console | None = None, state: Path | None = None) -> list[LayerTests]:
+    """Test every layer of ``stack``; raises :class:`UserError` when any test fails."""
+    console = console or Console(highlight=False)
+    results = []
+    chain = plan.chain(stack)
+    for index, layer in enumerate(chain, start=1):
+        try:
+            client.images.get(layer.ref)
+        except ImageNotFound:
+            raise UserError(f"{layer.ref} is not built; run `invoke build --stack {stack}` "
+                            "first") from None
+        files = test_files(layer.component)
+        if not files:
+            results.append(LayerTests(layer, note="no tests"))
+            continue
+        console.print(f"[{index}/{len(chain)}] testing {layer.name} ({len(files)} file(s))")
+        result = _run_layer(client, layer, files, layer_description(plan, stack, layer))
+        results.append(result)
+        console.print(f"[{index}/{len(chain)}] {layer.name}: {result.passed} passed, "
+                      f"{result.failed} failed, {result.skipped} skipped "
+                      f"in {result.seconds:.0f} s{' ' + result.note if result.note else ''}")
+    _table(console, stack, results)
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise UserError(f"stack {stack}: tests failed in "
+                        f"{', '.join(r.layer.name for r in failed)}")
+    final_id = client.images.get(chain[-1].ref).id
+    testrecord.record_pass(final_id, stack, **({"state_dir": state} if state else {}))
+    return results
+
+
+def _run_layer(client: docker.DockerClient, layer: Layer, files: list[Path],
+               description: dict) -> LayerTests:
+    result = LayerTests(layer)
+    started = time.monotonic()
+    container = client.containers.run(layer.ref, entrypoint=["sleep", "infinity"], detach=True,
+                                      labels={"io.github.mnp-stacks.test": layer.tag})
+    try:
+        with tempfile.TemporaryDirectory(prefix="mnp-test-") as tmp:
+            spec_file = Path(tmp) / "layer.json"
+            spec_file.write_text(json.dumps(description), encoding="utf-8")
+            junit = Path(tmp) / "junit.xml"
+            command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                       "--rootdir", str(ROOT), f"--hosts=docker://{container.id}",
+                       f"--mnp-layer={spec_file}", f"--junitxml={junit}", "-o",
+                       "junit_family=xunit2", *map(str, files)]
+            proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+            _count(result, junit)
+            if proc.returncode not in (0, 5) or (proc.returncode and not result.failed):
+                result.failed = max(result.failed, 1)
+            if not result.ok:
+                sys.stdout.write(proc.stdout[-6000:])
+                sys.stderr.write(proc.stderr[-2000:])
+    finally:
+        container.remove(force=True)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _count(result: LayerTests, junit: Path) -> None:
+    if not junit.exists():
+        result.note = "(pytest wrote no report)"
+        return
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            result.failed += 1
+        elif case.find("skipped") is not None:
+            result.skipped += 1
+        else:
+            result.passed += 1
+
+
+def _table(console: Console, stack: str, results: list[LayerTests]) -> None:
+    table = Table(title=f"layer tests: {stack}")
+    for column in ("layer", "passed", "failed", "skipped", "time", "result"):
+        table.add_column(column)
+    for r in results:
+        verdict = r.note if r.note == "no tests" else ("ok" if r.ok else "FAILED")
+        table.add_row(r.layer.name, str(r.passed), str(r.failed), str(r.skipped),
+                      f"{r.seconds:.0f} s", verdict)
+    console.print(table)

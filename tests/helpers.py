@@ -1,0 +1,25 @@
+"""Small builders shared by the unit tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from matrix.model import Base, ComponentVersion, Stack
+
+DEBIAN = Base(name="debian-12", image="debian:bookworm", os="debian12",
+              provides={"debian": "12", "python": "3.11.2"})
+
+
+def make_stack(layers: dict[str, str], provides: dict[str, str] | None = None,
+               instances: tuple[str, ...] = ("c5n.18xlarge",),
+               sources: dict[str, str] | None = None, name: str = "s") -> Stack:
+    base = Base(name="b", image="example/base:1", os="ubuntu20.04", provides=provides or {})
+    cvs = tuple(ComponentVersion(c, v, {"source": (sources or {}).get(c, "pip")})
+                for c, v in layers.items())
+    return Stack(name=name, description="test", base=base, layers=cvs, instances=instances,
+                 fabric="tcp", where=f"stacks.yaml:{name}")
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path

@@ -1,0 +1,182 @@
+"""Compatibility rules: every rule has a passing and a failing case; violations explain themselves."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from matrix.errors import UserError
+from matrix.loader import load_matrix
+from matrix.rules import Rule, check_matrix, check_stack, load_rules, require_valid
+from tests.helpers import make_stack
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = load_rules()
+
+
+def candidates(specs: list[str]) -> list[str]:
+    """Versions around every boundary the specifiers mention, to pick examples from."""
+    found: set[Version] = set()
+    for spec in specs:
+        for single in SpecifierSet(spec):
+            base = Version(single.version.replace(".*", ""))
+            parts = list(base.release) + [0] * (3 - len(base.release))
+            for i, delta in itertools.product(range(3), (-1, 0, 1)):
+                bumped = parts.copy()
+                bumped[i] = max(bumped[i] + delta, 0)
+                found.add(Version(".".join(map(str, bumped))))
+    return [str(v) for v in sorted(found)]
+
+
+def pick(inside: list[str], outside: tuple[str, ...] = ()) -> str:
+    """A version matching every spec in ``inside`` and none of the ``outside`` alternatives."""
+    for version in candidates(inside + list(outside)):
+        if all(SpecifierSet(s).contains(version, prereleases=True) for s in inside) and \
+                not any(SpecifierSet(s).contains(version, prereleases=True) for s in outside):
+            return version
+    raise AssertionError(f"no version inside {inside} and outside {outside}")
+
+
+def stack_for(rule: Rule, satisfy: bool):
+    layers: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    instances = ("c5n.18xlarge",)
+    for key, wanted in rule.when.items():
+        if key == "instance":
+            instances = (wanted.replace("*", ""),) if "*" not in wanted[-1:] else (wanted,)
+            instances = (wanted.replace("*", "") + ("" if "." in wanted else ".48xlarge"),)
+        elif "." in key:
+            sources[key.split(".")[0]] = wanted
+        elif key not in rule.require:
+            layers[key] = pick([wanted])
+    for component, alternatives in rule.require.items():
+        trigger = [rule.when[component]] if component in rule.when else []
+        if satisfy:
+            layers[component] = pick(trigger + [alternatives[0]])
+        else:
+            layers[component] = pick(trigger, alternatives)
+    for component in sources:
+        layers.setdefault(component, "1.0")
+    return make_stack(layers, instances=instances, sources=sources)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])
+def test_rule_has_passing_case(rule):
+    stack = stack_for(rule, satisfy=True)
+    assert [v for v in check_stack(stack, (rule,))] == []
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])
+def test_rule_has_failing_case(rule):
+    stack = stack_for(rule, satisfy=False)
+    violations = check_stack(stack, (rule,))
+    assert violations, f"{rule.id} did not fire for {stack.versions()}"
+    text = str(violations[0])
+    assert rule.id in text and rule.source in text and "stack s" in text
+
+
+def test_every_rule_names_a_source():
+    assert all(len(rule.source) > 10 for rule in RULES)
+
+
+def test_ofi_nccl_1_10_with_nccl_2_4_8_is_rejected():
+    stack = make_stack({"nccl": "2.4.8", "aws-ofi-nccl": "1.10.0", "efa": "1.32.0",
+                        "libfabric": "1.20.1amzn1.0"})
+    messages = [str(v) for v in check_stack(stack)]
+    assert any("aws-ofi-nccl 1.10.0 needs nccl >=2.17.1, found 2.4.8" in m
+               and "ofi-nccl-nccl-floor-1.10" in m and "RELEASENOTES" in m for m in messages)
+
+
+def test_horovod_0_28_1_with_pytorch_2_2_is_rejected():
+    stack = make_stack({"pytorch": "2.2.2", "horovod": "0.28.1"}, provides={"cuda": "12.1.1",
+                                                                               "python": "3.10.12"})
+    messages = [str(v) for v in check_stack(stack)]
+    assert any("horovod 0.28.1 needs pytorch <2.1, found 2.2.2" in m and "#3996" in m
+               for m in messages)
+
+
+def test_p5_minimum_missing_component_is_a_violation():
+    stack = make_stack({"nccl": "2.21.5"}, provides={"cuda": "12.1.1"},
+                       instances=("p5.48xlarge",))
+    missing = {v.component for v in check_stack(stack) if v.found is None}
+    assert {"aws-ofi-nccl", "efa"} <= missing
+
+
+def test_vendor_versions_compare_by_release():
+    stack = make_stack({"aws-ofi-nccl": "1.9.2-aws", "nccl": "2.21.5", "efa": "1.32.0"},
+                       provides={"libfabric": "1.18.0amzn1.0"})
+    assert check_stack(stack) == []
+    older = make_stack({"aws-ofi-nccl": "1.9.2-aws", "nccl": "2.21.5", "efa": "1.32.0"},
+                       provides={"libfabric": "1.17.0amzn2.0"})
+    assert [v.rule.id for v in check_stack(older)] == ["ofi-nccl-libfabric-1.8"]
+
+
+def test_debian_torch_is_exempt_from_wheel_python_rule():
+    debian = make_stack({"pytorch": "1.13.1"}, provides={"python": "3.11.2"},
+                        sources={"pytorch": "apt"})
+    wheel = make_stack({"pytorch": "1.13.1"}, provides={"python": "3.11.2"},
+                       sources={"pytorch": "pip"})
+    assert check_stack(debian) == []
+    assert [v.rule.id for v in check_stack(wheel)] == ["pytorch-1.12-1.13-python"]
+
+
+def test_project_stacks_are_all_valid():
+    matrix = load_matrix(ROOT / "stacks.yaml")
+    assert {name: [str(v) for v in vs] for name, vs in check_matrix(matrix).items() if vs} == {}
+
+
+BAD_OFI = """
+  bad-ofi:
+    description: plugin too new for NCCL 2.4.8
+    base: debian-12
+    instances: [p3dn.24xlarge]
+    fabric: efa
+    layers:
+      - nccl-fake: "2.4.8"
+      - ofi-fake: "1.10.0"
+"""
+
+
+def test_invalid_stack_is_rejected_before_rendering(tmp_path):
+    """`invoke render` on a violating stacks file exits non-zero, one line, nothing written."""
+    text = (ROOT / "stacks.yaml").read_text(encoding="utf-8")
+    text = text.replace("\ncomponents:\n", """
+components:
+  nccl:
+    description: fake for the test
+    versions:
+      "2.4.8": {source: apt, apt: {libnccl2: "2.4.8-1+cuda10.1"}}
+  aws-ofi-nccl:
+    description: fake for the test
+    versions:
+      "1.10.0": {source: apt, apt: {x: "1"}, provides: {libfabric: "1.22.0"}}
+""", 1)
+    text = text.replace("\nstacks:\n", "\nstacks:\n" + BAD_OFI.replace("nccl-fake", "nccl")
+                        .replace("ofi-fake", "aws-ofi-nccl"), 1)
+    stacks = tmp_path / "stacks.yaml"
+    stacks.write_text(text, encoding="utf-8")
+    shutil.copy(ROOT / "stacks.yaml", tmp_path / "unused.yaml")
+    proc = subprocess.run([sys.executable, "-m", "invoke", "render", "--all",
+                           "--stacks", str(stacks)], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "stack bad-ofi: aws-ofi-nccl 1.10.0 needs nccl >=2.17.1, found 2.4.8" in lines[0]
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "generated").exists()
+
+
+def test_require_valid_raises_one_line():
+    stack = make_stack({"pytorch": "2.2.2", "horovod": "0.28.1"})
+    matrix = SimpleNamespace(stacks={"s": stack}, stack=lambda name: stack)
+    with pytest.raises(UserError) as info:
+        require_valid(matrix, ["s"])
+    assert "\n" not in str(info.value)
