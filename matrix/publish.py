@@ -207,17 +207,21 @@ def _push_once(
 ) -> tuple[str, int]:
     """Push ``remote_repo:tag`` once; (digest the engine reported, blobs uploaded)."""
     digest, blobs = None, 0
-    stream = client.images.push(
-        remote_repo, tag=tag, stream=True, decode=True, auth_config=target.auth_config
-    )
-    for event in stream:
-        if "error" in event:
-            raise _classify(str(event.get("errorDetail", {}).get("message") or event["error"]))
-        if event.get("status") == "Pushed":
-            blobs += 1
-        aux = event.get("aux") or {}
-        if aux.get("Digest") and aux.get("Tag") == tag:
-            digest = aux["Digest"]
+    try:
+        stream = client.images.push(
+            remote_repo, tag=tag, stream=True, decode=True, auth_config=target.auth_config
+        )
+        for event in stream:
+            if "error" in event:
+                detail = event.get("errorDetail", {}).get("message") or event["error"]
+                raise _classify(str(detail))
+            if event.get("status") == "Pushed":
+                blobs += 1
+            aux = event.get("aux") or {}
+            if aux.get("Digest") and aux.get("Tag") == tag:
+                digest = aux["Digest"]
+    except docker.errors.APIError as exc:
+        raise _classify(str(exc.explanation or exc)) from None
     if digest is None:
         raise _Transient(f"push of {remote_repo}:{tag} ended without a digest")
     return digest, blobs
