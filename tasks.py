@@ -49,11 +49,14 @@ BUILD_HELP = dict(HELP, registry="registry to pull unchanged layers from (e.g. E
                             "REQUESTS_CA_BUNDLE or SSL_CERT_FILE); never stored in an image")
 
 
-@task(help=BUILD_HELP)
+@task(help=dict(BUILD_HELP, test="run the layer tests after building (as `invoke test`)"))
 @cli.user_errors
-def build(c, stack=None, all=False, stacks=STACKS, registry=None, ca_bundle=None):  # noqa: A002
+def build(c, stack=None, all=False, stacks=STACKS, registry=None, ca_bundle=None,  # noqa: A002
+          test=False):
     """Build a stack's layers (only what changed) under content-addressed tags."""
     cli.build(stacks, stack, all, registry, ca_bundle)
+    if test:
+        cli.test_stack(stacks, stack, all)
 
 
 @task(help={"stack": HELP["stack"], "stacks": HELP["stacks"]})
@@ -75,3 +78,47 @@ def engine(c):
 def test_(c, stack=None, all=False, stacks=STACKS):  # noqa: A002
     """Run each layer's testinfra tests against its built image; records a pass for push."""
     cli.test_stack(stacks, stack, all)
+
+
+@task(help={"pytest": "extra pytest arguments, e.g. \"-k plan -x\""})
+@cli.user_errors
+def check(c, pytest=""):
+    """The whole test suite (README's test command, run by CI): ruff, lint, pytest."""
+    cli.check(pytest)
+
+
+@task(help={"stack": HELP["stack"], "registry": "registry URI (ECR or host[:port][/prefix])",
+            "force": "push even without a passing `invoke test` of this exact image (loud)",
+            "stacks": HELP["stacks"]})
+@cli.user_errors
+def push(c, stack, registry, force=False, stacks=STACKS):
+    """Push every layer by content tag, then <stack> and <stack>-<git sha>, digests verified."""
+    cli.push(stacks, stack, registry, force)
+
+
+@task(help={"stack": HELP["stack"], "nodes": "number of nodes", "instance_type": "e.g. p3dn.24xlarge",
+            "image_uri": "image by digest (default: the pushed digest of <repo>:<stack>)",
+            "secret_arn": "Secrets Manager ARN injected as MNP_SECRET",
+            "execution_role_arn": "role Batch uses to read the secret",
+            "launcher": "mpirun, deepspeed or torchrun", "output": "write JSON here",
+            "register": "call batch:RegisterJobDefinition", "stacks": HELP["stacks"]})
+@cli.user_errors
+def jobdef(c, stack, nodes, instance_type, image_uri=None, secret_arn=None,
+           execution_role_arn=None, launcher="mpirun", output=None, register=False,
+           stacks=STACKS):
+    """Write an AWS Batch multi-node job definition for a stack (validated with botocore)."""
+    cli.jobdef(stacks, stack, int(nodes), instance_type, image_uri, secret_arn,
+               execution_role_arn, launcher, output, register)
+
+
+@task(help={"stack": HELP["stack"], "nodes": "number of nodes (containers)",
+            "late_node": "index of a node started late", "stacks": HELP["stacks"]})
+@cli.user_errors
+def run(c, stack, nodes=2, late_node=None, stacks=STACKS):
+    """Rehearse a Batch MNP job locally: invoke run --stack S --nodes N -- COMMAND..."""
+    import shlex
+    import sys
+
+    code = cli.rehearse(stacks, stack, int(nodes), None if late_node is None else int(late_node),
+                        shlex.split(c.remainder))
+    sys.exit(code)

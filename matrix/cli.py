@@ -199,3 +199,100 @@ def test_stack(stacks_file: str, stack: str | None, all_stacks: bool) -> None:
             failures.append(str(exc))
     if failures:
         raise UserError("; ".join(failures))
+
+
+def check(pytest_args: str) -> None:
+    """The whole suite: ruff, rendered-files freshness + hadolint, then pytest (real engine)."""
+    import shlex
+
+    from matrix import engine
+
+    engine.ensure_system_tools()
+    engine.ensure()
+    bin_dir = Path(sys.executable).parent
+    steps = [
+        ("ruff", [str(bin_dir / "ruff"), "check", "."]),
+        ("lint", [str(bin_dir / "invoke"), "lint"]),
+        ("pytest", [sys.executable, "-m", "pytest", *shlex.split(pytest_args)]),
+    ]
+    for name, command in steps:
+        print(f"== {name}: {' '.join(command)}", flush=True)
+        if subprocess.run(command, cwd=ROOT, check=False).returncode:
+            raise UserError(f"check failed at step {name}")
+    print("== all checks passed")
+
+
+def _git_sha() -> str:
+    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True, check=False)
+    if proc.returncode:
+        raise UserError("cannot read the git commit for the <stack>-<sha> tag (not a git clone?)")
+    return proc.stdout.strip()
+
+
+def push(stacks_file: str, stack: str, registry: str, force: bool) -> None:
+    from matrix import engine, publish
+
+    matrix = load(stacks_file)
+    result = plan(matrix, [stack])
+    client = engine.ensure()
+    outcome = publish.push_stack(client, result.chains[stack], result.final_ref(stack), stack,
+                                 registry, _git_sha(), force=force, log=console.print)
+    console.print(f"pushed {outcome.pushed} tag(s); image: {outcome.image_digest_uri}")
+
+
+def jobdef(stacks_file: str, stack: str, nodes: int, instance_type: str, image_uri: str | None,
+           secret_arn: str | None, execution_role_arn: str | None, launcher: str,
+           output: str | None, register: bool) -> dict[str, Any]:
+    from matrix import jobdef as jd
+
+    matrix = load(stacks_file)
+    s = matrix.stack(stack)
+    uri = jd.pin_image(image_uri) if image_uri else _local_digest_uri(matrix, stack)
+    definition = jd.build_job_definition(stack, nodes, instance_type, uri, secret_arn,
+                                         launcher=launcher, fabric=s.fabric,
+                                         execution_role_arn=execution_role_arn)
+    text = json.dumps(definition, indent=2)
+    if output:
+        Path(output).write_text(text + "\n", encoding="utf-8")
+        print(f"wrote {output}")
+    else:
+        print(text)
+    if register:
+        answer = jd.register_job_definition(definition)
+        print(f"registered {answer.get('jobDefinitionArn', '?')}")
+    return definition
+
+
+def _local_digest_uri(matrix: Matrix, stack: str) -> str:
+    """The pushed digest of the stack's image as the engine recorded it (after `invoke push`)."""
+    from matrix import engine
+
+    client = engine.ensure()
+    try:
+        digests = client.images.get(matrix.repository + ":" + stack).attrs.get("RepoDigests", [])
+    except Exception:  # noqa: BLE001 - any lookup failure means the same to the user
+        digests = []
+    if not digests:
+        raise UserError(f"no pushed digest for {matrix.repository}:{stack}; push it first "
+                        "(`invoke push`) or pass --image-uri REPO@sha256:...")
+    return digests[0]
+
+
+def rehearse(stacks_file: str, stack: str, nodes: int, late_node: int | None,
+             command: list[str]) -> int:
+    from matrix import engine
+    from matrix import rehearse as rh
+
+    if not command:
+        raise UserError("give the job command after --, e.g. invoke run --stack cpu-tcp "
+                        "--nodes 3 -- python3 /opt/mnp/examples/allreduce.py")
+    matrix = load(stacks_file)
+    result = plan(matrix, [stack])
+    image = result.chains[stack][-1]
+    client = engine.ensure()
+    try:
+        client.images.get(image)
+    except Exception:  # noqa: BLE001
+        raise UserError(f"{image} is not built; run `invoke build --stack {stack}`") from None
+    return rh.rehearse(client, image, nodes, command, late_node, {}, log=console.print)

@@ -59,6 +59,23 @@ def ensure(start: bool = True, wait_s: float = 60) -> docker.DockerClient:
     raise UserError(f"dockerd did not answer within {wait_s:.0f} s; see {DOCKERD_LOG}")
 
 
+# What the full test suite needs from the distribution, by command.
+SYSTEM_TOOLS = {"dockerd": "docker.io", "mmdebstrap": "mmdebstrap",
+                "docker-registry": "docker-registry"}
+
+
+def ensure_system_tools() -> None:
+    """Install the Debian packages the suite uses when missing (root on Debian/Ubuntu only)."""
+    missing = [pkg for tool, pkg in SYSTEM_TOOLS.items() if not shutil.which(tool)]
+    if not missing:
+        return
+    if os.geteuid() != 0 or not _debian_family():
+        raise UserError(f"missing tools: {', '.join(missing)} (Debian packages); install them "
+                        "or run as root on Debian/Ubuntu so they are installed for you")
+    print(f"installing {', '.join(missing)} (Debian packages) ...", flush=True)
+    _apt_install(*missing)
+
+
 def _debian_family() -> bool:
     try:
         text = Path("/etc/os-release").read_text(encoding="utf-8")

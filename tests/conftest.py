@@ -1,0 +1,42 @@
+"""Shared fixtures: a Docker engine, and the real cpu-tcp image built by the project's builder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    """A client for the local engine; the suite starts one (as CI does) when none answers."""
+    from matrix import engine
+    from matrix.errors import UserError
+
+    try:
+        return engine.ensure()
+    except UserError as exc:
+        pytest.fail(f"these tests need a Docker engine: {exc}")
+
+
+@pytest.fixture(scope="session")
+def cpu_tcp_build(docker_client):
+    """Build the default stack with the project's own builder (cached layers are reused)."""
+    from matrix import build, ca
+    from matrix.loader import load_matrix
+    from matrix.plan import plan
+
+    result = plan(load_matrix(ROOT / "stacks.yaml"), ["cpu-tcp"])
+    results = build.build(docker_client, result, ["cpu-tcp"], ca_bundle=ca.resolve(None),
+                          console=Console(highlight=False, width=160))
+    return result, results
+
+
+@pytest.fixture(scope="session")
+def cpu_tcp_image(cpu_tcp_build) -> str:
+    """Reference of the built cpu-tcp image (its content-addressed tag)."""
+    result, _ = cpu_tcp_build
+    return result.chains["cpu-tcp"][-1]

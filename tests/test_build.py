@@ -1,0 +1,231 @@
+"""The builder on a real engine: skip-unchanged, rebuild scope, sharing, labels, failures, sizes,
+and the extra CA that must never reach an image. Uses small throwaway stacks for speed."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import uuid
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from matrix import build, ca
+from matrix.errors import UserError
+from matrix.loader import load_matrix
+from matrix.plan import plan
+
+pytestmark = pytest.mark.docker
+
+TEMPLATE = """{% import "_macros.j2" as m %}
+FROM {{ parent }}
+{{ m.preamble(component, version) }}
+RUN echo "{{ component }} {{ version }}" > /layer-{{ component }}
+"""
+CA_TEMPLATE = """{% import "_macros.j2" as m %}
+FROM {{ parent }}
+{{ m.preamble(component, version) }}
+ARG MNP_CA_URL
+RUN {{ m.ca_begin() }}; \\
+    test -s /tmp/mnp-ca.pem && test "$PIP_CERT" = /tmp/mnp-ca.pem \\
+ && sha256sum /tmp/mnp-ca.pem | cut -c1-64 > /ca-seen-during-build; \\
+    {{ m.ca_end() }}
+"""
+
+
+def stacks_text(repo: str, budget: str = "") -> str:
+    components = "\n".join(
+        f"  {name}:\n    description: test layer\n    versions:\n      \"1.0\": {{source: apt}}"
+        for name in ("alpha", "beta", "gamma", "delta", "withca"))
+    return f"""repository: {repo}
+bases:
+  debian-12:
+    image: debian:bookworm
+    os: debian12
+    provides: {{python: "3.11.2"}}
+components:
+{components}
+stacks:
+  one:
+    description: first
+    base: debian-12
+    instances: [c5n.18xlarge]
+    fabric: tcp
+{budget}    layers:
+      - alpha: "1.0"
+      - beta: "1.0"
+      - gamma: "1.0"
+  two:
+    description: shares alpha and beta with one
+    base: debian-12
+    instances: [c5n.18xlarge]
+    fabric: tcp
+    layers:
+      - alpha: "1.0"
+      - beta: "1.0"
+      - delta: "1.0"
+  ca:
+    description: downloads through the extra CA
+    base: debian-12
+    instances: [c5n.18xlarge]
+    fabric: tcp
+    layers:
+      - withca: "1.0"
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, docker_client):
+    """A throwaway project: stacks file, templates, and a unique repository cleaned up after."""
+    from matrix.render import IMAGES
+
+    repo = f"mnp-test-{uuid.uuid4().hex[:8]}"
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "_macros.j2").write_text((IMAGES / "_macros.j2").read_text())
+    (images / "_stack").mkdir()
+    (images / "_stack" / "Dockerfile.j2").write_text(
+        (IMAGES / "_stack" / "Dockerfile.j2").read_text())
+    for name in ("alpha", "beta", "gamma", "delta"):
+        (images / name).mkdir()
+        (images / name / "Dockerfile.j2").write_text(TEMPLATE)
+    (images / "withca").mkdir()
+    (images / "withca" / "Dockerfile.j2").write_text(CA_TEMPLATE)
+    stacks = tmp_path / "stacks.yaml"
+    stacks.write_text(stacks_text(repo))
+    yield {"stacks": stacks, "images": images, "repo": repo, "state": tmp_path / "state"}
+    remove_repository(docker_client, repo)
+
+
+def remove_repository(client, repo: str) -> None:
+    """Untag every image of ``repo``, newest first, so children go before their parents."""
+    from docker.errors import APIError
+
+    images = sorted(client.images.list(name=repo), key=lambda i: i.attrs["Created"], reverse=True)
+    for image in images:
+        for tag in image.tags:
+            try:
+                client.images.remove(tag)
+            except APIError:
+                pass
+
+
+def run_build(client, project, names, **kwargs):
+    matrix = load_matrix(project["stacks"])
+    result = plan(matrix, names, images=project["images"], root=project["images"].parent)
+    out = io.StringIO()
+    console = Console(file=out, width=200, highlight=False)
+    try:
+        statuses = build.build(client, result, names, console=console, state=project["state"],
+                               **kwargs)
+    finally:
+        project["log"] = out.getvalue()
+    return result, [(r.layer.name, r.status) for r in statuses]
+
+
+def test_second_build_builds_nothing(docker_client, project):
+    _, first = run_build(docker_client, project, ["one"])
+    assert [s for _, s in first] == ["built"] * 4
+    _, second = run_build(docker_client, project, ["one"])
+    assert [s for _, s in second] == ["cached"] * 4
+    assert "0 layer(s) built, 4 cached" in project["log"]
+
+
+def test_change_rebuilds_layer_and_descendants_only(docker_client, project):
+    run_build(docker_client, project, ["one"])
+    template = project["images"] / "beta" / "Dockerfile.j2"
+    template.write_text(template.read_text() + "RUN echo changed > /changed\n")
+    _, statuses = run_build(docker_client, project, ["one"])
+    assert statuses == [("alpha 1.0", "cached"), ("beta 1.0", "built"), ("gamma 1.0", "built"),
+                        ("_stack", "built")]
+
+
+def test_all_builds_shared_layers_once(docker_client, project):
+    result, statuses = run_build(docker_client, project, ["one", "two"])
+    shared = [layer for layer in result.order(["one", "two"]) if len(layer.stacks) == 2]
+    assert [layer.component for layer in shared] == ["alpha", "beta"]
+    assert [s for _, s in statuses] == ["built"] * 6  # 4 for one, delta and its label layer
+    assert project["log"].count("alpha 1.0: building") == 1
+
+
+def test_final_tag_and_labels(docker_client, project):
+    result, _ = run_build(docker_client, project, ["one"])
+    image = docker_client.images.get(f"{project['repo']}:one")
+    assert image.id == docker_client.images.get(result.chains["one"][-1]).id
+    labels = image.labels
+    for component in ("alpha", "beta", "gamma"):
+        assert labels[f"io.github.mnp-stacks.component.{component}"] == "1.0"
+    assert labels["org.opencontainers.image.title"] == "one"
+    assert labels["org.opencontainers.image.base.name"] == "debian:bookworm"
+
+
+def test_failed_layer_shows_log_tail_and_skips_descendants(docker_client, project):
+    template = project["images"] / "beta" / "Dockerfile.j2"
+    template.write_text(template.read_text() + "RUN echo boom-marker && exit 3\n")
+    with pytest.raises(UserError, match=r"layer beta 1.0 failed to build; full log: .*\.log"):
+        run_build(docker_client, project, ["one"])
+    log = project["log"]
+    assert "beta 1.0: FAILED" in log and "boom-marker" in log
+    assert "gamma 1.0: skipped (a parent failed)" in log
+
+
+def test_size_budget_fails_the_build(docker_client, project):
+    project["stacks"].write_text(stacks_text(project["repo"], budget="    size_budget_mb: 1\n"))
+    with pytest.raises(UserError, match=r"stack one: image is \d+ MB, over its size_budget_mb of 1"):
+        run_build(docker_client, project, ["one"])
+
+
+def test_extra_ca_is_used_but_never_stored(docker_client, project, tmp_path):
+    marker = f"MNPCAMARKER{uuid.uuid4().hex}"
+    bundle = tmp_path / "proxy-ca.pem"
+    bundle.write_text(f"-----BEGIN CERTIFICATE-----\n{marker}\n-----END CERTIFICATE-----\n")
+    result, _ = run_build(docker_client, project, ["ca"], ca_bundle=bundle)
+    ref = result.chains["ca"][-1]
+    image = docker_client.images.get(ref)
+    # It was there during the build step...
+    container = docker_client.containers.run(ref, ["cat", "/ca-seen-during-build"], remove=True)
+    import hashlib
+    assert container.decode().strip() == hashlib.sha256(bundle.read_bytes()).hexdigest()
+    # ...and is in no layer, no history entry and no config of the image.
+    saved = b"".join(image.save())
+    with tarfile.open(fileobj=io.BytesIO(saved)) as outer:
+        for member in outer.getmembers():
+            if member.isfile():
+                data = outer.extractfile(member).read()
+                assert marker.encode() not in data, f"CA content found in {member.name}"
+                if member.name.endswith(".tar"):
+                    with tarfile.open(fileobj=io.BytesIO(data)) as layer:
+                        names = layer.getnames()
+                        assert not [n for n in names if n.endswith("mnp-ca.pem")]
+    history = json.dumps(docker_client.api.history(ref))
+    assert marker not in history and "BEGIN CERTIFICATE" not in history
+
+
+def test_ca_bundle_option_is_checked(tmp_path):
+    not_pem = tmp_path / "x.pem"
+    not_pem.write_text("hello")
+    with pytest.raises(UserError, match="--ca-bundle: .* is not a PEM CA bundle"):
+        ca.resolve(str(not_pem))
+    with pytest.raises(UserError, match="--ca-bundle: cannot read CA bundle"):
+        ca.resolve(str(tmp_path / "missing.pem"))
+
+
+def test_unavailable_base_gives_clear_error(docker_client, project):
+    text = project["stacks"].read_text().replace(
+        "image: debian:bookworm\n    os: debian12",
+        "image: nvidia/cuda:10.1-cudnn7-devel-ubuntu18.04\n    os: ubuntu18.04\n"
+        "    provide_hint: docker load it")
+    project["stacks"].write_text(text)
+    with pytest.raises(UserError, match=r"base image nvidia/cuda:10.1-cudnn7-devel-ubuntu18.04 "
+                                        r".*cannot be pulled .*docker load it"):
+        run_build(docker_client, project, ["one"])
+
+
+def test_no_engine_is_a_clear_error(monkeypatch):
+    from matrix import engine
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with pytest.raises(UserError, match="no Docker engine answers at unix:///nonexistent"):
+        engine.ensure()
