@@ -16,8 +16,9 @@ RUN apt-get update \
       gnupg=2.2.4-1ubuntu1.6 \
  && set -e; \
     if [ -n "${MNP_CA_URL:-}" ]; then \
-      if command -v curl >/dev/null; then curl -fsS "$MNP_CA_URL" -o /tmp/mnp-ca.pem; \
-      else python3 -c 'import sys, urllib.request; open("/tmp/mnp-ca.pem", "wb").write(urllib.request.urlopen(sys.argv[1]).read())' "$MNP_CA_URL"; fi; \
+      hostport="${MNP_CA_URL#http://}"; hostport="${hostport%%/*}"; \
+      exec 3<>"/dev/tcp/${hostport%:*}/${hostport#*:}"; \
+      printf 'GET /ca.pem HTTP/1.0\r\n\r\n' >&3; sed '1,/^\r$/d' <&3 > /tmp/mnp-ca.pem; exec 3>&-; \
       export PIP_CERT=/tmp/mnp-ca.pem SSL_CERT_FILE=/tmp/mnp-ca.pem CURL_CA_BUNDLE=/tmp/mnp-ca.pem REQUESTS_CA_BUNDLE=/tmp/mnp-ca.pem; \
     fi; \
     curl -fsSL --retry 5 -o /tmp/cuda-key.pub "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu1804/x86_64/3bf863cc.pub"; \
