@@ -78,7 +78,8 @@ class Reporter:
 
 def build(client: docker.DockerClient, plan: Plan, stacks: list[str], *,
           registry: str | None = None, ca_bundle: Path | None = None,
-          console: Console | None = None, state: Path = STATE) -> list[LayerResult]:
+          console: Console | None = None, state: Path = STATE,
+          no_cache: bool = False) -> list[LayerResult]:
     """Build what the stacks need; returns one result per layer (raises after a failure)."""
     console = console or Console(highlight=False)
     bases = {plan.matrix.stack(s).base.name: plan.matrix.stack(s).base for s in stacks}
@@ -95,7 +96,7 @@ def build(client: docker.DockerClient, plan: Plan, stacks: list[str], *,
                 result = LayerResult(layer, "skipped")
             else:
                 reporter.start(index, len(layers), layer)
-                result = _one(client, layer, registry, ca_url, reporter, state)
+                result = _one(client, layer, registry, ca_url, reporter, state, no_cache)
             _measure(client, result, results.get(layer.parent))
             results[layer.ref] = result
             reporter.done(result, index, len(layers))
@@ -115,7 +116,7 @@ def build(client: docker.DockerClient, plan: Plan, stacks: list[str], *,
 
 
 def _one(client: docker.DockerClient, layer: Layer, registry: str | None, ca_url: str,
-         reporter: Reporter, state: Path) -> LayerResult:
+         reporter: Reporter, state: Path, no_cache: bool) -> LayerResult:
     if _exists(client, layer.ref):
         return LayerResult(layer, "cached")
     if registry and _pull(client, layer, registry):
@@ -123,13 +124,13 @@ def _one(client: docker.DockerClient, layer: Layer, registry: str | None, ca_url
     log_path = state / "logs" / f"{layer.tag}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    ok = _stream_build(client, layer, ca_url, reporter, log_path)
+    ok = _stream_build(client, layer, ca_url, reporter, log_path, no_cache)
     return LayerResult(layer, "built" if ok else "failed", time.monotonic() - started,
                        log=log_path)
 
 
 def _stream_build(client: docker.DockerClient, layer: Layer, ca_url: str, reporter: Reporter,
-                  log_path: Path) -> bool:
+                  log_path: Path, no_cache: bool = False) -> bool:
     args = dict(layer.build_args)
     if ca_url:
         args["MNP_CA_URL"] = ca_url
@@ -138,7 +139,8 @@ def _stream_build(client: docker.DockerClient, layer: Layer, ca_url: str, report
         try:
             for chunk in client.api.build(fileobj=context_tar(layer), custom_context=True,
                                           tag=layer.ref, rm=True, forcerm=True, pull=False,
-                                          network_mode="host", buildargs=args, decode=True):
+                                          network_mode="host", buildargs=args, decode=True,
+                                          nocache=no_cache):
                 if "stream" in chunk:
                     text = chunk["stream"]
                     log.write(text)

@@ -3,6 +3,7 @@ and the extra CA that must never reach an image. Uses small throwaway stacks for
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import tarfile
@@ -106,10 +107,8 @@ def remove_repository(client, repo: str) -> None:
     images = sorted(client.images.list(name=repo), key=lambda i: i.attrs["Created"], reverse=True)
     for image in images:
         for tag in image.tags:
-            try:
+            with contextlib.suppress(APIError):
                 client.images.remove(tag)
-            except APIError:
-                pass
 
 
 def run_build(client, project, names, **kwargs):

@@ -1,0 +1,160 @@
+"""Build benchmark: cold, no-change and top-layer rebuilds of cpu-tcp; shared layers vs one
+monolithic Dockerfile per stack; final size vs a naive single Dockerfile.
+
+    python bench/build.py            # prints a table of figures and ratios (about 30 minutes)
+
+Everything runs on this machine's engine in one run, so the ratios compare like with like. The
+baselines are built with no cache (each stack in isolation, as hand-written per-combination
+Dockerfiles are), and our own cold build also bypasses the engine's cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import shutil
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+
+from matrix import build, ca, engine  # noqa: E402
+from matrix.loader import load_matrix  # noqa: E402
+from matrix.plan import Layer, plan  # noqa: E402
+from matrix.render import IMAGES  # noqa: E402
+
+QUIET = Console(file=io.StringIO(), width=200)
+
+NAIVE = """FROM debian:bookworm
+RUN apt-get update && apt-get install -y openssh-server openssh-client libfabric-bin openmpi-bin \\
+    python3 python3-pip python3-mpi4py python3-torch python3-pydantic python3-tqdm \\
+    python3-psutil python3-cpuinfo python3-packaging python3-setuptools python3-wheel ninja-build
+RUN pip install --break-system-packages --no-build-isolation deepspeed==0.14.4 hjson==3.1.0 \\
+    nvidia-ml-py==12.535.161
+COPY entrypoint/ /opt/mnp/lib/entrypoint/
+COPY mnp-entrypoint /usr/local/bin/mnp-entrypoint
+ENTRYPOINT ["/usr/local/bin/mnp-entrypoint"]
+"""
+
+
+def remove_chain(client, refs: list[str]) -> None:
+    """Untag the layer images (newest first) so the next build starts cold."""
+    from docker.errors import APIError, ImageNotFound
+
+    for ref in reversed(refs):
+        with contextlib.suppress(ImageNotFound, APIError):
+            client.images.remove(ref)
+
+
+def timed_build(client, result, stacks, bundle, no_cache=False) -> tuple[float, list]:
+    started = time.monotonic()
+    out = build.build(client, result, stacks, ca_bundle=bundle, console=QUIET, no_cache=no_cache)
+    return time.monotonic() - started, out
+
+
+def monolithic(layers: list[Layer]) -> tuple[str, dict[str, bytes]]:
+    """One Dockerfile doing what the stack's layers do, in one build."""
+    lines, files = [], {}
+    for index, layer in enumerate(layers):
+        for line in layer.dockerfile.splitlines():
+            if line.startswith("#"):
+                continue
+            if line.startswith("FROM ") and index:
+                continue
+            lines.append(line)
+        for item in layer.context:
+            files[item.path] = item.source.read_bytes()
+    return "\n".join(lines) + "\n", files
+
+
+def build_raw(client, dockerfile: str, files: dict[str, bytes], tag: str, ca_url: str) -> float:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in {"Dockerfile": dockerfile.encode(), **files}.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o755
+            tar.addfile(info, io.BytesIO(data))
+    buffer.seek(0)
+    started = time.monotonic()
+    for chunk in client.api.build(fileobj=buffer, custom_context=True, tag=tag, rm=True,
+                                  forcerm=True, nocache=True, network_mode="host", decode=True,
+                                  buildargs={"MNP_CA_URL": ca_url} if ca_url else {}):
+        if "error" in chunk:
+            raise SystemExit(f"baseline build {tag} failed: {chunk['error']}")
+    return time.monotonic() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stacks", default=str(ROOT / "stacks.yaml"))
+    args = parser.parse_args()
+    client = engine.ensure()
+    matrix = load_matrix(Path(args.stacks))
+    buildable = [n for n, s in matrix.stacks.items() if s.base.bootstrap]
+    bundle = ca.resolve(None)
+    rows = []
+
+    def row(name, seconds, baseline=None, note=""):
+        ratio = f"{seconds / baseline:.3f}" if baseline else ""
+        rows.append((name, f"{seconds:.1f}", ratio, note))
+        print(f"{name}: {seconds:.1f} s {('ratio ' + ratio) if ratio else ''} {note}", flush=True)
+
+    # 1-3: cpu-tcp cold, no change, top-layer change.
+    main_plan = plan(matrix, ["cpu-tcp"])
+    remove_chain(client, main_plan.chains["cpu-tcp"])
+    cold, _ = timed_build(client, main_plan, ["cpu-tcp"], bundle, no_cache=True)
+    row("cpu-tcp cold build", cold)
+    warm, out = timed_build(client, main_plan, ["cpu-tcp"], bundle)
+    row("cpu-tcp no-change rebuild", warm, cold,
+        f"{sum(r.status == 'built' for r in out)} layers built")
+    with tempfile.TemporaryDirectory() as tmp:
+        images = Path(tmp) / "images"
+        shutil.copytree(IMAGES, images, ignore=shutil.ignore_patterns("generated"))
+        top = images / "entrypoint" / "Dockerfile.j2"
+        top.write_text(top.read_text() + "RUN echo bench > /etc/mnp-bench\n")
+        changed = plan(matrix, ["cpu-tcp"], images=images)
+        seconds, out = timed_build(client, changed, ["cpu-tcp"], bundle)
+        row("cpu-tcp top-layer change", seconds, cold,
+            f"{sum(r.status == 'built' for r in out)} layers built")
+        remove_chain(client, [changed.chains["cpu-tcp"][-1], changed.chains["cpu-tcp"][-2]])
+
+    # 4: --all (shared layers, built once) vs one monolithic Dockerfile per stack, in isolation.
+    all_plan = plan(matrix, buildable)
+    refs = [layer.ref for layer in all_plan.order(buildable)]
+    remove_chain(client, refs)
+    shared, _ = timed_build(client, all_plan, buildable, bundle, no_cache=True)
+    with ca.serve(bundle) as ca_url:
+        mono = 0.0
+        for stack in buildable:
+            dockerfile, files = monolithic(all_plan.chain(stack)[:-1])
+            mono += build_raw(client, dockerfile, files, f"mnp-bench-mono:{stack}", ca_url)
+        row(f"monolithic, each stack alone ({', '.join(buildable)})", mono)
+        row(f"invoke build --all ({len(buildable)} stacks, shared layers)", shared, mono,
+            f"{len(all_plan.order(buildable))} layers for "
+            f"{sum(len(c) for c in all_plan.chains.values())} stack layers")
+
+        # 5: size vs a naive Dockerfile with the same software.
+        entry = next(x for x in all_plan.chain("cpu-tcp") if x.component == "entrypoint")
+        files = {item.path: item.source.read_bytes() for item in entry.context}
+        naive_time = build_raw(client, NAIVE, files, "mnp-bench-naive:cpu-tcp", ca_url)
+    ours = client.images.get(all_plan.chains["cpu-tcp"][-1]).attrs["Size"]
+    naive = client.images.get("mnp-bench-naive:cpu-tcp").attrs["Size"]
+    rows.append(("cpu-tcp image size (MB)", f"{ours / 1e6:.0f}", f"{ours / naive:.3f}",
+                 f"naive single Dockerfile: {naive / 1e6:.0f} MB, built in {naive_time:.0f} s"))
+    for tag in ("mnp-bench-naive:cpu-tcp", *[f"mnp-bench-mono:{s}" for s in buildable]):
+        remove_chain(client, [tag])
+
+    print("\n| measurement | seconds (or MB) | ratio to baseline | note |\n|---|---|---|---|")
+    for name, value, ratio, note in rows:
+        print(f"| {name} | {value} | {ratio} | {note} |")
+
+
+if __name__ == "__main__":
+    main()
