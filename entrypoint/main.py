@@ -323,7 +323,8 @@ class Runner(object):
                                "needs SSH; use MNP_LAUNCHER=torchrun to run without it"
                                % self.cfg.launcher)
         proc = self.sup.spawn("sshd", ssh.sshd_argv(sshd, self.paths))
-        if not ssh.wait_listening(self.cfg.ssh_port, 15, alive=lambda: self._alive(proc)):
+        if not ssh.wait_listening(self.paths.pid_file, self.cfg.ssh_port, 15,
+                                  alive=lambda: self._alive(proc)):
             raise StartupError("sshd did not start listening on port %d (exit code %s)"
                                % (self.cfg.ssh_port, proc.code))
         log("sshd listening on port %d" % self.cfg.ssh_port)

@@ -307,11 +307,8 @@ class Server(object):
     def _send(self, conn, message, raw=False):
         if conn.state == "closed":
             return
-        if raw or conn.session is None:
-            data = protocol.encode(message)
-        else:
-            data = conn.session.seal(message)
-        conn.out += data
+        plain = raw or conn.session is None
+        conn.out += protocol.encode(message) if plain else conn.session.seal(message)
         self._flush(conn)
 
     def _flush(self, conn):

@@ -18,7 +18,6 @@ import contextlib
 import getpass
 import os
 import shutil
-import socket
 import subprocess
 import time
 
@@ -156,6 +155,8 @@ def _write(path, text, mode=0o600):
 def prepare_server(paths, port, user, comment):
     """Host key, empty ``authorized_keys`` and ``sshd_config``; returns the host public key."""
     paths.make()
+    if os.path.exists(paths.pid_file):
+        os.unlink(paths.pid_file)
     host_pub = keygen(paths.host_key, comment)
     _write(paths.authorized_keys, "")
     _write(paths.sshd_config, sshd_config_text(paths, port, user))
@@ -201,18 +202,18 @@ def sshd_argv(sshd, paths):
     return [sshd, "-D", "-e", "-f", paths.sshd_config]
 
 
-def wait_listening(port, timeout, alive=None):
-    """Wait until something accepts on 127.0.0.1:``port``; False on timeout or if ``alive()``
-    turns False (sshd exited)."""
+def wait_listening(pid_file, port, timeout, alive=None):
+    """Wait until sshd listens: it writes ``pid_file`` after binding its port (a TCP probe would
+    log a failed connection). False on timeout or if ``alive()`` turns False (sshd exited)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         if alive is not None and not alive():
             return False
         try:
-            sock = socket.create_connection(("127.0.0.1", port), timeout=1)
-        except OSError:
-            time.sleep(0.05)
-            continue
-        sock.close()
-        return True
+            with open(pid_file) as handle:
+                if handle.read().strip():
+                    return True
+        except (OSError, IOError):
+            pass
+        time.sleep(0.05)
     return False

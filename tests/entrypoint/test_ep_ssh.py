@@ -68,13 +68,8 @@ def test_install_user_config_keeps_existing(tmp_path, monkeypatch):
 
 
 def test_wait_listening(tmp_path):
-    import socket
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(1)
-    port = sock.getsockname()[1]
-    assert ssh.wait_listening(port, 2)
-    sock.close()
-    assert not ssh.wait_listening(port, 0.3)
-    assert not ssh.wait_listening(port, 5, alive=lambda: False)
+    pid_file = tmp_path / "sshd.pid"
+    assert not ssh.wait_listening(str(pid_file), 2222, 0.3)
+    pid_file.write_text("123\n")
+    assert ssh.wait_listening(str(pid_file), 2222, 2)
+    assert not ssh.wait_listening(str(tmp_path / "nope"), 2222, 5, alive=lambda: False)

@@ -1,0 +1,109 @@
+"""A tiny Batch-MNP simulator on Docker: one container per node on a private bridge network,
+each with the ``AWS_BATCH_JOB_*`` variables Batch would set. Cleans up after itself."""
+
+import contextlib
+import re
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def docker_client_or_skip():
+    try:
+        import docker
+    except ImportError:
+        pytest.skip("the docker SDK is not installed")
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means no usable engine
+        pytest.skip(f"no Docker engine: {exc}")
+    return client
+
+
+class Cluster:
+    def __init__(self, client, image, test_name, mount_entrypoint=False):
+        self.client = client
+        self.image = image
+        slug = re.sub(r"[^a-z0-9]+", "-", test_name.lower()).strip("-")[:30]
+        self.prefix = f"mnp-it-{slug}-{uuid.uuid4().hex[:8]}"
+        self.mount_entrypoint = mount_entrypoint
+        self.containers = []
+        self._ips = {}
+        self.network = client.networks.create(self.prefix, driver="bridge",
+                                              labels={"mnp-test": "1"})
+        self.job_id = uuid.uuid4().hex
+
+    def node(self, index, num_nodes, command, main_ip=None, main_index=0, name=None, **env):
+        """Start the container of node ``index``; children need ``main_ip``."""
+        environment = {
+            "AWS_BATCH_JOB_ID": f"{self.job_id}#{index}",
+            "AWS_BATCH_JOB_NODE_INDEX": str(index),
+            "AWS_BATCH_JOB_MAIN_NODE_INDEX": str(main_index),
+            "AWS_BATCH_JOB_NUM_NODES": str(num_nodes),
+        }
+        if index != main_index:
+            environment["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = main_ip
+        environment.update({k: str(v) for k, v in env.items()})
+        volumes = {}
+        if self.mount_entrypoint:
+            volumes[str(REPO / "entrypoint")] = {"bind": "/opt/mnp/lib/entrypoint", "mode": "ro"}
+        container = self.client.containers.run(
+            self.image, command, detach=True, name=f"{self.prefix}-{name or index}",
+            environment=environment, network=self.network.name, volumes=volumes,
+            labels={"mnp-test": "1"}, shm_size="256m")
+        self.containers.append(container)
+        self.ip(container)
+        return container
+
+    def ip(self, container):
+        """The container's address on the job network (remembered: gone once it exits)."""
+        if container.id not in self._ips:
+            container.reload()
+            nets = container.attrs["NetworkSettings"]["Networks"]
+            address = nets.get(self.network.name, {}).get("IPAddress")
+            if not address:
+                raise AssertionError(f"{container.name} has no address (state "
+                                     f"{container.status}):\n{self.logs(container)}")
+            self._ips[container.id] = address
+        return self._ips[container.id]
+
+    @staticmethod
+    def logs(container):
+        return container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+
+    def wait_log(self, container, needle, timeout):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            text = self.logs(container)
+            if needle in text:
+                return text
+            container.reload()
+            if container.status == "exited":
+                break
+            time.sleep(0.3)
+        raise AssertionError(f"{needle!r} not in the logs of {container.name} "
+                             f"within {timeout}s:\n{self.logs(container)}")
+
+    @staticmethod
+    def wait_exit(container, timeout):
+        """Exit code, or an AssertionError naming the container if it runs past ``timeout``."""
+        try:
+            result = container.wait(timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 - requests' ReadTimeout / ConnectionError
+            raise AssertionError(f"{container.name} still running after {timeout}s "
+                                 f"({exc})") from None
+        return result["StatusCode"]
+
+    def cleanup(self):
+        for container in self.containers:
+            with contextlib.suppress(Exception):  # already gone
+                container.remove(force=True)
+        with contextlib.suppress(Exception):
+            self.network.remove()
+
+
