@@ -65,7 +65,7 @@ class Reporter:
             self.console.print(f"  step {step}/{steps} {text[:110]}")
 
     def done(self, result: LayerResult, index: int, total: int) -> None:
-        if self._status is not None:
+        if self._status is not None:  # a spinner from start(); cached layers never start one
             self._status.stop()
             self._status = None
         detail = {"cached": "cached (tag exists)", "pulled": "pulled from registry",
@@ -94,9 +94,13 @@ def build(client: docker.DockerClient, plan: Plan, stacks: list[str], *,
             parent = results.get(layer.parent)
             if parent is not None and parent.status in ("failed", "skipped"):
                 result = LayerResult(layer, "skipped")
+            elif _exists(client, layer.ref):
+                result = LayerResult(layer, "cached")
+            elif registry and _pull(client, layer, registry):
+                result = LayerResult(layer, "pulled")
             else:
                 reporter.start(index, len(layers), layer)
-                result = _one(client, layer, registry, ca_url, reporter, state, no_cache)
+                result = _one(client, layer, ca_url, reporter, state, no_cache)
             _measure(client, result, results.get(layer.parent))
             results[layer.ref] = result
             reporter.done(result, index, len(layers))
@@ -115,12 +119,8 @@ def build(client: docker.DockerClient, plan: Plan, stacks: list[str], *,
     return ordered
 
 
-def _one(client: docker.DockerClient, layer: Layer, registry: str | None, ca_url: str,
-         reporter: Reporter, state: Path, no_cache: bool) -> LayerResult:
-    if _exists(client, layer.ref):
-        return LayerResult(layer, "cached")
-    if registry and _pull(client, layer, registry):
-        return LayerResult(layer, "pulled")
+def _one(client: docker.DockerClient, layer: Layer, ca_url: str, reporter: Reporter,
+         state: Path, no_cache: bool) -> LayerResult:
     log_path = state / "logs" / f"{layer.tag}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

@@ -121,9 +121,8 @@ def check_matrix(matrix: Matrix) -> dict[str, list[Violation]]:
 
 
 def require_valid(matrix: Matrix, names: list[str]) -> None:
-    """Refuse to go on when any of the named stacks breaks a rule (first violation as the line)."""
+    """Refuse to go on when any named stack breaks a rule: every violation, on one line."""
     for name in names:
         violations = check_stack(matrix.stack(name))
         if violations:
-            more = f" (+{len(violations) - 1} more; see `invoke stacks`)" if len(violations) > 1 else ""
-            raise UserError(f"{violations[0]}{more}")
+            raise UserError(" | ".join(str(v) for v in violations))

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
@@ -133,45 +134,45 @@ def test_project_stacks_are_all_valid():
     assert {name: [str(v) for v in vs] for name, vs in check_matrix(matrix).items() if vs} == {}
 
 
-BAD_OFI = """
-  bad-ofi:
-    description: plugin too new for NCCL 2.4.8
-    base: debian-12
-    instances: [p3dn.24xlarge]
-    fabric: efa
-    layers:
-      - nccl-fake: "2.4.8"
-      - ofi-fake: "1.10.0"
-"""
+def variant(tmp_path: Path, component: str, new_version: str, like: str, stack: str,
+            name: str) -> Path:
+    """The project's stacks file plus a copy of ``stack`` that uses ``component`` at a new
+    version (its entry copied from version ``like``)."""
+    data = yaml.safe_load((ROOT / "stacks.yaml").read_text(encoding="utf-8"))
+    versions = data["components"][component]["versions"]
+    versions[new_version] = copy.deepcopy(versions[like])
+    clone = copy.deepcopy(data["stacks"][stack])
+    clone["layers"] = [{k: (new_version if k == component else v) for k, v in layer.items()}
+                       for layer in clone["layers"]]
+    data["stacks"][name] = clone
+    path = tmp_path / "stacks.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
 
 
-def test_invalid_stack_is_rejected_before_rendering(tmp_path):
-    """`invoke render` on a violating stacks file exits non-zero, one line, nothing written."""
-    text = (ROOT / "stacks.yaml").read_text(encoding="utf-8")
-    text = text.replace("\ncomponents:\n", """
-components:
-  nccl:
-    description: fake for the test
-    versions:
-      "2.4.8": {source: apt, apt: {libnccl2: "2.4.8-1+cuda10.1"}}
-  aws-ofi-nccl:
-    description: fake for the test
-    versions:
-      "1.10.0": {source: apt, apt: {x: "1"}, provides: {libfabric: "1.22.0"}}
-""", 1)
-    text = text.replace("\nstacks:\n", "\nstacks:\n" + BAD_OFI.replace("nccl-fake", "nccl")
-                        .replace("ofi-fake", "aws-ofi-nccl"), 1)
-    stacks = tmp_path / "stacks.yaml"
-    stacks.write_text(text, encoding="utf-8")
-    shutil.copy(ROOT / "stacks.yaml", tmp_path / "unused.yaml")
-    proc = subprocess.run([sys.executable, "-m", "invoke", "render", "--all",
-                           "--stacks", str(stacks)], cwd=ROOT, capture_output=True, text=True)
+def render_fails(tmp_path: Path, stacks: Path) -> str:
+    """Run `invoke render --all` on ``stacks``: it must fail with one line and write nothing."""
+    proc = subprocess.run([sys.executable, "-m", "invoke", "render", "--all", "--stacks",
+                           str(stacks)], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert "stack bad-ofi: aws-ofi-nccl 1.10.0 needs nccl >=2.17.1, found 2.4.8" in lines[0]
-    assert "Traceback" not in proc.stderr
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert not (tmp_path / "generated").exists()
+    return lines[0]
+
+
+def test_ofi_1_10_with_nccl_2_4_8_is_rejected_before_rendering(tmp_path):
+    stacks = variant(tmp_path, "aws-ofi-nccl", "1.10.0", "1.6.0", "cuda10.1-efa", "bad-ofi")
+    line = render_fails(tmp_path, stacks)
+    assert "stack bad-ofi: aws-ofi-nccl 1.10.0 needs nccl >=2.17.1, found 2.4.8" in line
+    assert "[rule ofi-nccl-nccl-floor-1.10; source: aws/aws-ofi-nccl RELEASENOTES.md" in line
+
+
+def test_horovod_0_28_1_with_pytorch_2_2_is_rejected_before_rendering(tmp_path):
+    stacks = variant(tmp_path, "pytorch", "2.2.2", "2.0.1", "cuda11.7-efa", "bad-hvd")
+    line = render_fails(tmp_path, stacks)
+    assert "stack bad-hvd: horovod 0.28.1 needs pytorch <2.1, found 2.2.2" in line
+    assert "[rule horovod-0.28.1-pytorch-2.1; source: horovod/horovod issues #3996" in line
 
 
 def test_require_valid_raises_one_line():
