@@ -174,10 +174,15 @@ def job(tmp_path):
     node.main_addr = main_addr
     node.outdir = outdir
     yield node
-    for proc in procs:
+    for proc in procs:  # SIGTERM first: a SIGKILLed entrypoint leaves its launcher behind
         if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
             proc.kill()
-        proc.communicate()
+            proc.communicate()
 
 
 def finish(proc, timeout=60):
@@ -205,12 +210,14 @@ def test_local_job_succeeds(job):
 
 def test_local_job_fails_when_a_child_fails(job):
     main = job(0, FAKE_FAIL_NODE="2", FAKE_SLEEP="20")
-    job(1, FAKE_FAIL_NODE="2", FAKE_SLEEP="20")
+    child1 = job(1, FAKE_FAIL_NODE="2", FAKE_SLEEP="20")
     job(2, FAKE_FAIL_NODE="2", FAKE_SLEEP="20")
     start_time = time.time()
     code, out = finish(main)
     assert code != 0
     assert "node 2 failed (exit code 5)" in out
+    code, out = finish(child1)  # told to stop: its launcher is stopped, it exits promptly
+    assert "job ended" in out
     assert time.time() - start_time < 18
 
 
