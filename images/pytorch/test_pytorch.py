@@ -29,3 +29,13 @@ def test_two_process_gloo_allreduce(host):
     out = host.run("timeout 120 python3 /tmp/allreduce.py")
     assert out.rc == 0, out.stderr
     assert sorted(out.stdout.strip().splitlines()) == ["0 3.0", "1 3.0"]
+
+
+def test_torchrun_runs_two_workers(host):
+    # torchrun is how multi-node jobs start; its default arguments must parse on this Python.
+    host.run("printf 'import os\\nprint(\"rank\", os.environ[\"RANK\"])\\n' > /tmp/rank.py")
+    out = host.run("timeout 120 python3 -m torch.distributed.run --standalone --nproc_per_node=2 "
+                   "/tmp/rank.py")
+    assert out.rc == 0, out.stderr[-2000:]
+    assert sorted(line for line in out.stdout.splitlines() if line.startswith("rank")) == \
+        ["rank 0", "rank 1"]

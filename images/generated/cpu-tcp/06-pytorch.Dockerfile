@@ -8,4 +8,6 @@ RUN apt-get update \
       python3-torch=1.13.1+dfsg-4 \
  && rm -rf /var/lib/apt/lists/* \
  && rm -rf /usr/lib/python3/dist-packages/future/backports/test \
+ && sed -i 's/^            for s in Std:$/            for s in (Std.NONE, Std.OUT, Std.ERR, Std.ALL):/' /usr/lib/python3/dist-packages/torch/distributed/elastic/multiprocessing/api.py \
+ && grep -q 'for s in (Std.NONE, Std.OUT, Std.ERR, Std.ALL):' /usr/lib/python3/dist-packages/torch/distributed/elastic/multiprocessing/api.py \
  && python3 -c 'import sys, torch; v = torch.__version__.split("+")[0]; sys.exit(v != "1.13.0a0" and "torch " + v)'
