@@ -58,9 +58,10 @@ def bootstrap(client: docker.DockerClient, base: Base) -> None:
             tail = " ".join((proc.stderr or proc.stdout).strip().splitlines()[-2:])
             raise UserError(f"bootstrapping base {base.name} with mmdebstrap failed: {tail}")
         repository, tag = _split(base.image)
-        with tarball.open("rb") as data:
-            client.api.import_image_from_stream(data, repository=repository, tag=tag,
-                                                changes=['CMD ["bash"]'])
+        # A file path makes docker-py send the tar with a Content-Length; its stream variant
+        # declares chunked encoding without chunking, which the engine rejects.
+        client.api.import_image(src=str(tarball), repository=repository, tag=tag,
+                                changes=['CMD ["bash"]'])
     if not _local(client, base.image):
         raise UserError(f"importing the bootstrapped base as {base.image} failed")
 

@@ -228,3 +228,21 @@ def test_no_engine_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     with pytest.raises(UserError, match="no Docker engine answers at unix:///nonexistent"):
         engine.ensure()
+
+
+def test_debian_base_is_bootstrapped_when_missing(docker_client):
+    """No registry: a Debian base that is neither local nor pullable is made with mmdebstrap."""
+    from matrix import bootstrap
+    from matrix.model import Base
+
+    name = f"mnp-test-base-{uuid.uuid4().hex[:8]}:bookworm"
+    base = Base(name="t", image=name, os="debian12", provides={},
+                bootstrap={"suite": "bookworm", "mirror": "http://deb.debian.org/debian"})
+    try:
+        assert bootstrap.ensure_base(docker_client, base, log=lambda _: None) == "bootstrapped"
+        out = docker_client.containers.run(name, ["cat", "/etc/debian_version"], remove=True)
+        assert out.decode().startswith("12.")
+        assert bootstrap.ensure_base(docker_client, base, log=lambda _: None) == "local"
+    finally:
+        with contextlib.suppress(Exception):
+            docker_client.images.remove(name)
