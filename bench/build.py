@@ -32,12 +32,16 @@ from matrix.render import IMAGES  # noqa: E402
 
 QUIET = Console(file=io.StringIO(), width=200)
 
+# The same software the way a hand-written Dockerfile usually installs it: recommends on, apt
+# lists and pip cache kept. It trusts the proxy CA the same way our layers do (a fair network).
 NAIVE = """FROM debian:bookworm
 RUN apt-get update && apt-get install -y openssh-server openssh-client libfabric-bin openmpi-bin \\
     python3 python3-pip python3-mpi4py python3-torch python3-pydantic python3-tqdm \\
     python3-psutil python3-cpuinfo python3-packaging python3-setuptools python3-wheel ninja-build
-RUN pip install --break-system-packages --no-build-isolation deepspeed==0.14.4 hjson==3.1.0 \\
-    nvidia-ml-py==12.535.161
+SHELL ["/bin/bash", "-c"]
+ARG MNP_CA_URL
+RUN {ca}; pip install --break-system-packages --no-build-isolation deepspeed==0.14.4 \\
+    hjson==3.1.0 nvidia-ml-py==12.535.161
 COPY entrypoint/ /opt/mnp/lib/entrypoint/
 COPY mnp-entrypoint /usr/local/bin/mnp-entrypoint
 ENTRYPOINT ["/usr/local/bin/mnp-entrypoint"]
@@ -94,7 +98,11 @@ def build_raw(client, dockerfile: str, files: dict[str, bytes], tag: str, ca_url
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stacks", default=str(ROOT / "stacks.yaml"))
+    parser.add_argument("--parts", default="rebuild,all,size",
+                        help="comma list of: rebuild (cold/no-change/top), all (shared vs "
+                             "monolithic), size (vs naive)")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     client = engine.ensure()
     matrix = load_matrix(Path(args.stacks))
     buildable = [n for n, s in matrix.stacks.items() if s.base.bootstrap]
@@ -106,7 +114,21 @@ def main() -> None:
         rows.append((name, f"{seconds:.1f}", ratio, note))
         print(f"{name}: {seconds:.1f} s {('ratio ' + ratio) if ratio else ''} {note}", flush=True)
 
-    # 1-3: cpu-tcp cold, no change, top-layer change.
+    if "rebuild" in parts:
+        rebuilds(client, matrix, bundle, row)
+    all_plan = plan(matrix, buildable)
+    if "all" in parts:
+        shared_vs_monolithic(client, all_plan, buildable, bundle, row)
+    if "size" in parts:
+        rows.append(size_vs_naive(client, all_plan, bundle))
+
+    print("\n| measurement | seconds (or MB) | ratio to baseline | note |\n|---|---|---|---|")
+    for name, value, ratio, note in rows:
+        print(f"| {name} | {value} | {ratio} | {note} |")
+
+
+def rebuilds(client, matrix, bundle, row) -> None:
+    """cpu-tcp cold, then with nothing changed, then with its top layer changed."""
     main_plan = plan(matrix, ["cpu-tcp"])
     remove_chain(client, main_plan.chains["cpu-tcp"])
     cold, _ = timed_build(client, main_plan, ["cpu-tcp"], bundle, no_cache=True)
@@ -125,8 +147,9 @@ def main() -> None:
             f"{sum(r.status == 'built' for r in out)} layers built")
         remove_chain(client, [changed.chains["cpu-tcp"][-1], changed.chains["cpu-tcp"][-2]])
 
-    # 4: --all (shared layers, built once) vs one monolithic Dockerfile per stack, in isolation.
-    all_plan = plan(matrix, buildable)
+
+def shared_vs_monolithic(client, all_plan, buildable, bundle, row) -> None:
+    """--all (shared layers, built once) vs one monolithic Dockerfile per stack, in isolation."""
     refs = [layer.ref for layer in all_plan.order(buildable)]
     remove_chain(client, refs)
     shared, _ = timed_build(client, all_plan, buildable, bundle, no_cache=True)
@@ -139,21 +162,28 @@ def main() -> None:
         row(f"invoke build --all ({len(buildable)} stacks, shared layers)", shared, mono,
             f"{len(all_plan.order(buildable))} layers for "
             f"{sum(len(c) for c in all_plan.chains.values())} stack layers")
+    for stack in buildable:
+        remove_chain(client, [f"mnp-bench-mono:{stack}"])
 
-        # 5: size vs a naive Dockerfile with the same software.
+
+def size_vs_naive(client, all_plan, bundle) -> tuple[str, str, str, str]:
+    """Final cpu-tcp size vs the same software from one naive Dockerfile."""
+    from matrix.render import environment
+
+    ca_snippet = environment().from_string(
+        '{% import "_macros.j2" as m %}{{ m.ca_begin() }}').render()
+    build.build(client, all_plan, ["cpu-tcp"], ca_bundle=bundle, console=QUIET)
+    with ca.serve(bundle) as ca_url:
         entry = next(x for x in all_plan.chain("cpu-tcp") if x.component == "entrypoint")
         files = {item.path: item.source.read_bytes() for item in entry.context}
-        naive_time = build_raw(client, NAIVE, files, "mnp-bench-naive:cpu-tcp", ca_url)
+        naive_file = NAIVE.replace("{ca}", ca_snippet)
+        naive_time = build_raw(client, naive_file, files, "mnp-bench-naive:cpu-tcp", ca_url)
     ours = client.images.get(all_plan.chains["cpu-tcp"][-1]).attrs["Size"]
     naive = client.images.get("mnp-bench-naive:cpu-tcp").attrs["Size"]
-    rows.append(("cpu-tcp image size (MB)", f"{ours / 1e6:.0f}", f"{ours / naive:.3f}",
-                 f"naive single Dockerfile: {naive / 1e6:.0f} MB, built in {naive_time:.0f} s"))
-    for tag in ("mnp-bench-naive:cpu-tcp", *[f"mnp-bench-mono:{s}" for s in buildable]):
-        remove_chain(client, [tag])
-
-    print("\n| measurement | seconds (or MB) | ratio to baseline | note |\n|---|---|---|---|")
-    for name, value, ratio, note in rows:
-        print(f"| {name} | {value} | {ratio} | {note} |")
+    remove_chain(client, ["mnp-bench-naive:cpu-tcp"])
+    print(f"cpu-tcp size: {ours / 1e6:.0f} MB vs naive {naive / 1e6:.0f} MB", flush=True)
+    return ("cpu-tcp image size (MB)", f"{ours / 1e6:.0f}", f"{ours / naive:.3f}",
+            f"naive single Dockerfile: {naive / 1e6:.0f} MB, built in {naive_time:.0f} s")
 
 
 if __name__ == "__main__":

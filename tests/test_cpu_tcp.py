@@ -83,3 +83,18 @@ def test_layer_tests_of_other_stacks_are_collected(result, stack, layer, tmp_pat
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "test" in proc.stdout
+
+
+def test_invoke_run_three_node_allreduce_leaves_nothing(docker_client, cpu_tcp_image):
+    """`invoke run --stack cpu-tcp --nodes 3 -- <allreduce>` exits 0 and cleans up after itself."""
+    before_containers = {c.id for c in docker_client.containers.list(all=True)}
+    before_networks = {n.id for n in docker_client.networks.list()}
+    program = ("from mpi4py import MPI; c = MPI.COMM_WORLD; "
+               "print('allreduce', c.Get_size(), c.allreduce(c.Get_rank() + 1))")
+    proc = subprocess.run([sys.executable, "-m", "invoke", "run", "--stack", "cpu-tcp", "--nodes",
+                           "3", "--late-node", "1", "--", "python3", "-c", f'"{program}"'],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.stdout.count("allreduce 3 6") == 3
+    assert {c.id for c in docker_client.containers.list(all=True)} == before_containers
+    assert {n.id for n in docker_client.networks.list()} == before_networks
