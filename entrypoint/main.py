@@ -418,15 +418,21 @@ class Runner(object):
         return {"nodes": [[n.index, n.address, n.slots] for n in table]}
 
     # -- the launcher ----------------------------------------------------------------------
-    def run_launcher(self, argv, env, server):
-        cfg = self.cfg
+    def start_launcher(self, argv, env):
+        """Log the command and spawn it; ``None`` (after saying why) when it cannot start."""
         if self.kept:
             log("user's values kept: %s" % "; ".join(self.kept))
         log("running: %s" % " ".join(shlex.quote(a) for a in argv))
         try:
-            launcher = self.sup.spawn("launcher", argv, env=env, forward_signals=True)
+            return self.sup.spawn("launcher", argv, env=env, forward_signals=True)
         except OSError as exc:
             log("cannot start %s: %s" % (argv[0], exc))
+            return None
+
+    def run_launcher(self, argv, env, server):
+        cfg = self.cfg
+        launcher = self.start_launcher(argv, env)
+        if launcher is None:
             return 127
         failure = None
         escalated = False
@@ -567,13 +573,8 @@ class Runner(object):
                 table = [rendezvous.NodeInfo(i, a, s, "") for i, a, s in payload.get("nodes", [])]
                 user_env, env = self.launch_env(table, None)
                 argv = self.build_command(table, None, user_env, env)
-                if self.kept:
-                    log("user's values kept: %s" % "; ".join(self.kept))
-                log("running: %s" % " ".join(shlex.quote(a) for a in argv))
-                try:
-                    launcher = self.sup.spawn("launcher", argv, env=env, forward_signals=True)
-                except OSError as exc:
-                    log("cannot start %s: %s" % (argv[0], exc))
+                launcher = self.start_launcher(argv, env)
+                if launcher is None:
                     client.report_exit(127)
                     reported = True
             elif kind == "go":
