@@ -83,6 +83,28 @@ def validate_registration(msg, num_nodes, main_index, job_id, need_host_key):
     return NodeInfo(index, str(ip), slots, key)
 
 
+class _EventQueue(object):
+    """Events the rendezvous thread hands to the launching thread, oldest first."""
+
+    def __init__(self):
+        self._items = collections.deque()
+        self._cond = threading.Condition()
+
+    def put(self, event):
+        with self._cond:
+            self._items.append(event)
+            self._cond.notify_all()
+
+    def get(self, timeout):
+        """Pop one event, waiting at most ``timeout`` s; ``None`` if none came."""
+        with self._cond:
+            if not self._items:
+                self._cond.wait(timeout)
+            if self._items:
+                return self._items.popleft()
+        return None
+
+
 class _Conn(object):
     def __init__(self, sock, peer):
         self.sock = sock
@@ -118,8 +140,7 @@ class Server(object):
         self.ready = {}  # index -> NodeInfo
         self.by_index = {}  # index -> _Conn (registered or ready)
         self.rejected = []  # (peer, reason), for tests and the log
-        self.events = collections.deque()  # ("lost", index, reason) | ("exit", index, status)
-        self.event_cond = threading.Condition()
+        self.events = _EventQueue()  # ("lost", index, reason) | ("exit", index, status)
         self.all_ready = threading.Event()
         self.last_ready_time = None
         self._calls = collections.deque()
@@ -226,12 +247,7 @@ class Server(object):
 
     def next_event(self, timeout):
         """Pop one running-phase event, waiting at most ``timeout`` s; ``None`` if none."""
-        with self.event_cond:
-            if not self.events:
-                self.event_cond.wait(timeout)
-            if self.events:
-                return self.events.popleft()
-        return None
+        return self.events.get(timeout)
 
     # -- loop ------------------------------------------------------------------------------
     def _loop(self):
@@ -434,9 +450,7 @@ class Server(object):
                     self._send(conn, {"t": "hb"})
 
     def _emit(self, event):
-        with self.event_cond:
-            self.events.append(event)
-            self.event_cond.notify_all()
+        self.events.put(event)
 
     def _close(self, conn, reason, after_flush=False, quiet=False):
         if conn.state == "closed":
@@ -484,8 +498,7 @@ class Client(object):
         self._lines = collections.deque()
         self.welcome = None
         self.attempts = 0
-        self.events = collections.deque()
-        self.event_cond = threading.Condition()
+        self.events = _EventQueue()
         self._send_lock = threading.Lock()
         self._thread = None
         self._stop = threading.Event()
@@ -582,17 +595,10 @@ class Client(object):
         self._thread.start()
 
     def _emit(self, event):
-        with self.event_cond:
-            self.events.append(event)
-            self.event_cond.notify_all()
+        self.events.put(event)
 
     def next_event(self, timeout):
-        with self.event_cond:
-            if not self.events:
-                self.event_cond.wait(timeout)
-            if self.events:
-                return self.events.popleft()
-        return None
+        return self.events.get(timeout)
 
     def _loop(self):
         sock = self.sock

@@ -16,7 +16,7 @@ from pathlib import Path
 import docker
 from docker.errors import APIError, ImageNotFound
 
-from matrix.engine import _apt_install
+from matrix.engine import apt_install
 from matrix.errors import UserError
 from matrix.model import Base
 
@@ -46,7 +46,7 @@ def bootstrap(client: docker.DockerClient, base: Base) -> None:
     """Build the base root filesystem with mmdebstrap and import it as ``base.image``."""
     spec = base.bootstrap or {}
     if not shutil.which("mmdebstrap"):
-        _apt_install("mmdebstrap")
+        apt_install("mmdebstrap")
     components = ",".join(spec.get("components", ["main"]))
     with tempfile.TemporaryDirectory(prefix="mnp-base-") as tmp:
         tarball = Path(tmp) / "rootfs.tar"

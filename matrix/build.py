@@ -82,7 +82,7 @@ def build(client: docker.DockerClient, plan: Plan, stacks: list[str], *,
           no_cache: bool = False) -> list[LayerResult]:
     """Build what the stacks need; returns one result per layer (raises after a failure)."""
     console = console or Console(highlight=False)
-    bases = {plan.matrix.stack(s).base.name: plan.matrix.stack(s).base for s in stacks}
+    bases = {base.name: base for base in (plan.matrix.stack(s).base for s in stacks)}
     for base in bases.values():
         how = bootstrap.ensure_base(client, base, log=console.print)
         console.print(f"base {base.image}: {how}")

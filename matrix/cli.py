@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from docker.errors import ImageNotFound
 from rich.console import Console
 from rich.table import Table
 
@@ -271,7 +272,7 @@ def _local_digest_uri(matrix: Matrix, stack: str) -> str:
     client = engine.ensure()
     try:
         digests = client.images.get(matrix.repository + ":" + stack).attrs.get("RepoDigests", [])
-    except Exception:  # noqa: BLE001 - any lookup failure means the same to the user
+    except ImageNotFound:
         digests = []
     if not digests:
         raise UserError(f"no pushed digest for {matrix.repository}:{stack}; push it first "
@@ -293,6 +294,6 @@ def rehearse(stacks_file: str, stack: str, nodes: int, late_node: int | None,
     client = engine.ensure()
     try:
         client.images.get(image)
-    except Exception:  # noqa: BLE001
+    except ImageNotFound:
         raise UserError(f"{image} is not built; run `invoke build --stack {stack}`") from None
     return rh.rehearse(client, image, nodes, command, late_node, {}, log=console.print)

@@ -45,7 +45,7 @@ def ensure(start: bool = True, wait_s: float = 60) -> docker.DockerClient:
                         "can be started here: start dockerd yourself or set DOCKER_HOST")
     if not shutil.which("dockerd"):
         print("installing docker.io (Debian package) ...", flush=True)
-        _apt_install("docker.io")
+        apt_install("docker.io")
     print(f"starting dockerd (log: {DOCKERD_LOG}) ...", flush=True)
     with DOCKERD_LOG.open("ab") as log:
         subprocess.Popen(["dockerd"], stdout=log, stderr=subprocess.STDOUT,
@@ -73,7 +73,7 @@ def ensure_system_tools() -> None:
         raise UserError(f"missing tools: {', '.join(missing)} (Debian packages); install them "
                         "or run as root on Debian/Ubuntu so they are installed for you")
     print(f"installing {', '.join(missing)} (Debian packages) ...", flush=True)
-    _apt_install(*missing)
+    apt_install(*missing)
 
 
 def _debian_family() -> bool:
@@ -86,7 +86,7 @@ def _debian_family() -> bool:
     return any(name in family.split() for name in ("debian", "ubuntu"))
 
 
-def _apt_install(*packages: str) -> None:
+def apt_install(*packages: str) -> None:
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     for command in (["apt-get", "update", "-qq"],
                     ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]):

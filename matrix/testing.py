@@ -58,7 +58,8 @@ def layer_description(plan: Plan, stack: str, layer: Layer) -> dict:
 
 
 def run_stack_tests(client: docker.DockerClient, plan: Plan, stack: str,
-                    console: Console | None = None, state: Path | None = None) -> list[LayerTests]:
+                    console: Console | None = None,
+                    state: Path = testrecord.DEFAULT_STATE_DIR) -> list[LayerTests]:
     """Test every layer of ``stack``; raises :class:`UserError` when any test fails."""
     console = console or Console(highlight=False)
     results = []
@@ -85,7 +86,7 @@ def run_stack_tests(client: docker.DockerClient, plan: Plan, stack: str,
         raise UserError(f"stack {stack}: tests failed in "
                         f"{', '.join(r.layer.name for r in failed)}")
     final_id = client.images.get(chain[-1].ref).id
-    testrecord.record_pass(final_id, stack, **({"state_dir": state} if state else {}))
+    testrecord.record_pass(final_id, stack, state)
     return results
 
 

@@ -4,6 +4,7 @@ and the extra CA that must never reach an image. Uses small throwaway stacks for
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import tarfile
@@ -185,7 +186,6 @@ def test_extra_ca_is_used_but_never_stored(docker_client, project, tmp_path):
     image = docker_client.images.get(ref)
     # It was there during the build step...
     container = docker_client.containers.run(ref, ["cat", "/ca-seen-during-build"], remove=True)
-    import hashlib
     assert container.decode().strip() == hashlib.sha256(bundle.read_bytes()).hexdigest()
     # ...and is in no layer, no history entry and no config of the image.
     saved = b"".join(image.save())

@@ -51,9 +51,8 @@ def stack_for(rule: Rule, satisfy: bool):
     sources: dict[str, str] = {}
     instances = ("c5n.18xlarge",)
     for key, wanted in rule.when.items():
-        if key == "instance":
-            instances = (wanted.replace("*", ""),) if "*" not in wanted[-1:] else (wanted,)
-            instances = (wanted.replace("*", "") + ("" if "." in wanted else ".48xlarge"),)
+        if key == "instance":  # a glob such as "p5*.*" -> "p5.48xlarge"
+            instances = (wanted.replace("*.", ".").replace("*", "48xlarge"),)
         elif "." in key:
             sources[key.split(".")[0]] = wanted
         elif key not in rule.require:
