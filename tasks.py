@@ -4,9 +4,9 @@ Conventions every task follows (later tasks too):
 - no short flags (``task`` below turns invoke's automatic ones off): ``-t`` or ``-e`` would mean
   different things in different tasks; long options mean one thing everywhere;
 - ``--stack`` is declared iterable in every task (``iterable=["stack"]``), so repeating it is
-  either several stacks or, for a one-stack command, one clear error (``cli.one_stack``); it
+  either several stacks or, for a one-stack command, one clear error (``options.one_stack``); it
   defaults to the stacks file's ``default_stack``; ``--stacks`` is the stacks file;
-- options are parsed with the helpers in matrix/cli.py (``integer``, ``require``, ``choose``,
+- options are parsed with the helpers in matrix/cli/options.py (``integer``, ``require``, ``choose``,
   ``pick_stacks``, ``emit_json``), so bad input is one line, never a traceback.
 """
 
@@ -15,13 +15,13 @@ import sys
 
 import invoke
 
-from matrix import cli
+from matrix.cli import catalog, deploy, images, options, suite
 
 task = functools.partial(invoke.task, auto_shortflags=False)
 
 # `invoke plan cpu-tcp`: invoke would say "No idea what 'cpu-tcp' is!"; point at --stack instead.
 if sys.argv and sys.argv[0].rsplit("/", 1)[-1] in ("invoke", "inv", "__main__.py"):
-    cli.argv_hint(sys.argv)
+    options.argv_hint(sys.argv)
 
 STACKS = "stacks.yaml"
 HELP = {"stacks": "stacks file (default ./stacks.yaml)",
@@ -33,38 +33,38 @@ JSON = "print JSON instead of a table"
 
 @task(help={"stacks": HELP["stacks"], "json": JSON,
             "names": "print only the stack names, one a line (for shell completion)"})
-@cli.user_errors
+@options.user_errors
 def stacks(c, stacks=STACKS, json=False, names=False):
     """Table of stacks: base, components, target instances, valid or why not."""
-    cli.show_stacks(stacks, as_json=json, names_only=names)
+    catalog.show_stacks(stacks, as_json=json, names_only=names)
 
 
 @task(help=HELP, name="render", iterable=["stack"])
-@cli.user_errors
+@options.user_errors
 def render_(c, stack=None, all=False, stacks=STACKS):  # noqa: A002 - the option is --all
     """Render Dockerfiles into images/generated/ (next to the stacks file for another file)."""
-    cli.render(stacks, stack, all)
+    catalog.render(stacks, stack, all)
 
 
 @task(help=dict(HELP, json=JSON), iterable=["stack"])
-@cli.user_errors
+@options.user_errors
 def plan(c, stack=None, all=False, stacks=STACKS, json=False):  # noqa: A002
     """Show layers, content-addressed tags, parents, shared layers and which are built."""
-    cli.show_plan(stacks, stack, all, as_json=json)
+    catalog.show_plan(stacks, stack, all, as_json=json)
 
 
 @task(help={"stacks": HELP["stacks"]})
-@cli.user_errors
+@options.user_errors
 def lint(c, stacks=STACKS):
     """Check the rendered Dockerfiles are fresh and pass hadolint (one line when they do)."""
-    cli.lint(stacks)
+    catalog.lint(stacks)
 
 
 @task(help={"stacks": HELP["stacks"]})
-@cli.user_errors
+@options.user_errors
 def matrix(c, stacks=STACKS):
     """Print the GitHub Actions strategy JSON of the stacks CI builds."""
-    cli.ci_matrix(stacks)
+    catalog.ci_matrix(stacks)
 
 
 BUILD_HELP = dict(HELP, registry="registry to pull unchanged layers from (e.g. ECR URI)",
@@ -76,50 +76,50 @@ BUILD_HELP = dict(HELP, registry="registry to pull unchanged layers from (e.g. E
                 json="print the build metadata as JSON on stdout (progress goes to stderr)",
                 metadata_file="where to write the build metadata (default .mnp/build-metadata.json)"),
       iterable=["stack"])
-@cli.user_errors
+@options.user_errors
 def build(c, stack=None, all=False, stacks=STACKS, registry=None, ca_bundle=None,  # noqa: A002
           test=False, json=False, metadata_file=None):
     """Build stacks' layers (only what changed) under content-addressed tags."""
-    cli.build(stacks, stack, all, registry, ca_bundle, as_json=json, metadata_file=metadata_file)
+    images.build(stacks, stack, all, registry, ca_bundle, as_json=json, metadata_file=metadata_file)
     if test:
-        cli.test_stack(stacks, stack, all, to_stderr=json)
+        images.test_stack(stacks, stack, all, to_stderr=json)
 
 
 @task(help={"stack": ONE["stack"], "stacks": HELP["stacks"]}, iterable=["stack"])
-@cli.user_errors
+@options.user_errors
 def ref(c, stack=None, stacks=STACKS):
     """Print the final image reference of a stack (its content-addressed tag)."""
-    cli.ref(stacks, stack)
+    images.ref(stacks, stack)
 
 
 @task()
-@cli.user_errors
+@options.user_errors
 def engine(c):
     """Make sure a Docker engine runs (installs and starts dockerd as root on Debian/Ubuntu)."""
-    cli.start_engine()
+    images.start_engine()
 
 
 @task(help=HELP, name="test", iterable=["stack"])
-@cli.user_errors
+@options.user_errors
 def test_(c, stack=None, all=False, stacks=STACKS):  # noqa: A002
     """Run each layer's testinfra tests against its built image; records a pass for push."""
-    cli.test_stack(stacks, stack, all)
+    images.test_stack(stacks, stack, all)
 
 
 @task(help={"pytest": "extra pytest arguments, e.g. \"-k plan -x\""})
-@cli.user_errors
+@options.user_errors
 def check(c, pytest=""):
     """The whole test suite (README's test command, run by CI): ruff, lint, pytest."""
-    cli.check(pytest)
+    suite.check(pytest)
 
 
 @task(help={"stack": ONE["stack"], "registry": "registry URI (ECR or host[:port][/prefix])",
             "force": "push even without a passing `invoke test` of this exact image (loud)",
             "stacks": HELP["stacks"]}, iterable=["stack"])
-@cli.user_errors
+@options.user_errors
 def push(c, stack=None, registry=None, force=False, stacks=STACKS):
     """Push every layer by content tag, then <stack> and <stack>-<git sha>, digests verified."""
-    cli.push(stacks, stack, registry, force)
+    deploy.push(stacks, stack, registry, force)
 
 
 @task(help={"stack": ONE["stack"], "nodes": "number of nodes", "instance_type": "e.g. p3dn.24xlarge",
@@ -131,32 +131,32 @@ def push(c, stack=None, registry=None, force=False, stacks=STACKS):
             "output": "write JSON here",
             "register": "call batch:RegisterJobDefinition", "stacks": HELP["stacks"]},
       iterable=["stack"])
-@cli.user_errors
+@options.user_errors
 def jobdef(c, stack=None, nodes=None, instance_type=None, image_uri=None, secret_arn=None,
            execution_role_arn=None, launcher="mpirun", output=None, register=False,
            stacks=STACKS):
     """Write an AWS Batch multi-node job definition for a stack (validated with botocore)."""
-    cli.jobdef(stacks, stack, nodes, instance_type, image_uri, secret_arn,
+    deploy.jobdef(stacks, stack, nodes, instance_type, image_uri, secret_arn,
                execution_role_arn, launcher, output, register)
 
 
 @task(help={"stack": ONE["stack"], "nodes": "number of nodes (containers), default 2",
             "late_node": "index of a node started late", "stacks": HELP["stacks"]},
       iterable=["stack"])
-@cli.user_errors
+@options.user_errors
 def run(c, stack=None, nodes="2", late_node=None, stacks=STACKS):
     """Rehearse a Batch MNP job locally: invoke run --stack S --nodes N -- COMMAND..."""
-    code = cli.rehearse(stacks, stack, nodes, late_node,
-                        cli.command_after_dashdash(sys.argv, c.remainder))
+    code = deploy.rehearse(stacks, stack, nodes, late_node,
+                        options.command_after_dashdash(sys.argv, c.remainder))
     sys.exit(code)
 
 
 @task(help={"check": "verify only: pins against the index, downloads where reachable",
             "stacks": HELP["stacks"]})
-@cli.user_errors
+@options.user_errors
 def pin(c, check=False, stacks=STACKS):
     """Write pip pins' sha256, Requires-Python and wheel tag from PyPI into stacks.yaml (--check verifies)."""
-    cli.pin(stacks, check)
+    catalog.pin(stacks, check)
 
 
 @task(help={"stack": ONE["stack"], "instance_type": "e.g. p4d.24xlarge",
@@ -164,10 +164,10 @@ def pin(c, check=False, stacks=STACKS):
             "launcher": "mpirun, deepspeed, torchrun, torch.distributed.launch or none",
             "json": "print the plan as JSON", "stacks": HELP["stacks"]},
       iterable=["stack"])
-@cli.user_errors
+@options.user_errors
 def explain(c, stack=None, instance_type=None, nodes="2", launcher="mpirun", json=False,
             stacks=STACKS):
     """The main node's plan for a stack on an instance type, without hardware or a build:
     invoke explain --stack S --instance-type T --nodes N [--launcher L] [--json] -- CMD..."""
-    cli.explain(stacks, stack, instance_type, nodes, launcher, json,
-                cli.command_after_dashdash(sys.argv, c.remainder))
+    deploy.explain(stacks, stack, instance_type, nodes, launcher, json,
+                options.command_after_dashdash(sys.argv, c.remainder))

@@ -26,10 +26,10 @@ sys.path.insert(0, str(ROOT))
 
 from rich.console import Console  # noqa: E402
 
-from matrix import build, ca, engine  # noqa: E402
-from matrix.loader import load_matrix  # noqa: E402
-from matrix.plan import Layer, plan  # noqa: E402
-from matrix.render import IMAGES  # noqa: E402
+from matrix.image import build, ca, engine  # noqa: E402
+from matrix.image.plan import Layer, plan  # noqa: E402
+from matrix.model.loader import load_matrix  # noqa: E402
+from matrix.model.settings import IMAGES  # noqa: E402
 
 QUIET = Console(file=io.StringIO(), width=200)
 
@@ -197,7 +197,7 @@ def shared_vs_monolithic(client, all_plan, buildable, bundle, row) -> None:
 
 def size_vs_naive(client, all_plan, bundle) -> tuple[str, str, str, str]:
     """Final cpu-tcp size vs the same software from one naive Dockerfile."""
-    from matrix.render import environment
+    from matrix.image.render import environment
 
     ca_snippet = environment().from_string(
         '{% import "_macros.j2" as m %}{{ m.ca_begin() }}').render()

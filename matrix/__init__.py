@@ -1,7 +1,7 @@
 """Build system for layered multi-node deep-learning container stacks.
 
-The path from ``stacks.yaml`` to an image: :mod:`matrix.loader` reads and schema-checks the file,
-:mod:`matrix.rules` checks version compatibility, :mod:`matrix.plan` turns stacks into a DAG of
-content-addressed layers, :mod:`matrix.render` writes one Dockerfile per layer, and
-:mod:`matrix.build` builds them on a Docker engine.
+Rooms follow the pipeline and import only down it: :mod:`matrix.model` (the stacks file, rules,
+instances) ← :mod:`matrix.image` (plan, render, build, test) ← :mod:`matrix.deploy` (push, job
+definitions, rehearsal, explain) ← :mod:`matrix.cli` (one module a task group).
+:mod:`matrix.errors` (one-line user errors) sits below all of them.
 """

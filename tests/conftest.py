@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="session")
 def docker_client():
     """A client for the local engine; the suite starts one (as CI does) when none answers."""
-    from matrix import engine
     from matrix.errors import UserError
+    from matrix.image import engine
 
     try:
         return engine.ensure()
@@ -25,9 +25,9 @@ def docker_client():
 @pytest.fixture(scope="session")
 def cpu_tcp_build(docker_client):
     """Build the default stack with the project's own builder (cached layers are reused)."""
-    from matrix import build, ca
-    from matrix.loader import load_matrix
-    from matrix.plan import plan
+    from matrix.image import build, ca
+    from matrix.image.plan import plan
+    from matrix.model.loader import load_matrix
 
     result = plan(load_matrix(ROOT / "stacks.yaml"), ["cpu-tcp"])
     results = build.build(docker_client, result, ["cpu-tcp"], ca_bundle=ca.resolve(None),

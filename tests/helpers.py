@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from matrix.model import Base, ComponentVersion, Stack
+from matrix.model.entities import Base, ComponentVersion, Stack
 
 DEBIAN = Base(name="debian-12", image="debian:bookworm", os="debian12",
               provides={"debian": "12", "python": "3.11.2"})

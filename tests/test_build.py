@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from matrix import build, ca
 from matrix.errors import UserError
-from matrix.loader import load_matrix
-from matrix.plan import plan
+from matrix.image import build, ca
+from matrix.image.plan import plan
+from matrix.model.loader import load_matrix
 
 pytestmark = pytest.mark.docker
 
@@ -81,7 +81,7 @@ stacks:
 @pytest.fixture
 def project(tmp_path: Path, docker_client):
     """A throwaway project: stacks file, templates, and a unique repository cleaned up after."""
-    from matrix.render import IMAGES
+    from matrix.model.settings import IMAGES
 
     repo = f"mnp-test-{uuid.uuid4().hex[:8]}"
     images = tmp_path / "images"
@@ -223,7 +223,7 @@ def test_unavailable_base_gives_clear_error(docker_client, project):
 
 
 def test_no_engine_is_a_clear_error(monkeypatch):
-    from matrix import engine
+    from matrix.image import engine
 
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     with pytest.raises(UserError, match="no Docker engine answers at unix:///nonexistent"):
@@ -232,8 +232,8 @@ def test_no_engine_is_a_clear_error(monkeypatch):
 
 def test_debian_base_is_bootstrapped_when_missing(docker_client):
     """No registry: a Debian base that is neither local nor pullable is made with mmdebstrap."""
-    from matrix import bootstrap
-    from matrix.model import Base
+    from matrix.image import bootstrap
+    from matrix.model.entities import Base
 
     name = f"mnp-test-base-{uuid.uuid4().hex[:8]}:bookworm"
     base = Base(name="t", image=name, os="debian12", provides={},

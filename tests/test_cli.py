@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from matrix.cli import command_after_dashdash, integer
+from matrix.cli.options import command_after_dashdash, integer
 from matrix.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -165,8 +165,8 @@ def test_stacks_json_and_names():
 
 
 def test_stacks_table_names_python_once_on_debian_12():
-    from matrix.cli import component_parts, stacks_data
-    from matrix.loader import load_matrix
+    from matrix.cli.catalog import component_parts, stacks_data
+    from matrix.model.loader import load_matrix
 
     rows = {row["name"]: row for row in stacks_data(load_matrix(ROOT / "stacks.yaml"))}
     cpu = rows["cpu-tcp"]
@@ -299,9 +299,11 @@ def test_architecture_names_every_module_on_one_page():
     page (about 60 lines)."""
     text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     assert len(text.splitlines()) <= 64
-    for path in sorted((ROOT / "entrypoint").glob("*.py")):
+    for path in sorted((ROOT / "entrypoint").rglob("*.py")):
         if not path.name.startswith("__"):
             assert f"`{path.stem}`" in text or f"`{path.stem}.py`" in text, path.name
-    for path in sorted((ROOT / "matrix").glob("*.py")) + [ROOT / "matrix" / "instances.yaml"]:
+    for path in sorted((ROOT / "matrix").rglob("*.py")) + [ROOT / "matrix" / "model" / "instances.yaml"]:
         if not path.name.startswith("__"):
             assert path.name in text, path.name
+    for room in sorted(p for p in (ROOT / "matrix").iterdir() if (p / "__init__.py").exists()):
+        assert f"`matrix/{room.name}/`" in text, room.name

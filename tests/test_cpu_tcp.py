@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from matrix import build, testing
-from matrix.loader import load_matrix
-from matrix.plan import plan
+from matrix.image import build, testing
+from matrix.image.plan import plan
+from matrix.model.loader import load_matrix
 from tests.layer_checks import apt_cache_files
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +34,7 @@ def test_layer_tests_pass_and_are_recorded(docker_client, cpu_tcp_build, tmp_pat
     for component in ("ssh", "libfabric", "openmpi", "python", "mpi4py", "pytorch", "deepspeed",
                       "entrypoint", "_stack"):
         assert tested[component].passed > 0 and tested[component].ok, component
-    from matrix import testrecord
+    from matrix.image import testrecord
     final_id = docker_client.images.get(result.chains["cpu-tcp"][-1]).id
     assert testrecord.has_passed(final_id, tmp_path)
 
@@ -62,7 +62,7 @@ def test_image_size_within_budget(docker_client, cpu_tcp_image):
 
 
 def test_bootstrapped_base_has_the_official_apt_settings(docker_client, cpu_tcp_build):
-    from matrix.bootstrap import DOCKER_CONFIG
+    from matrix.image.bootstrap import DOCKER_CONFIG
 
     result, _ = cpu_tcp_build
     base = result.matrix.stack("cpu-tcp").base

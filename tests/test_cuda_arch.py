@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from matrix import cuda_arch
 from matrix.errors import UserError
-from matrix.loader import load_matrix
-from matrix.plan import plan
+from matrix.image.plan import plan
+from matrix.model import cuda_arch
+from matrix.model.loader import load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,8 +53,8 @@ def test_cuda11_7_nccl_tests_no_longer_asks_for_sm_90():
 
 @pytest.mark.parametrize("instance_type", ["p5.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge"])
 def test_cuda13_efa_job_definitions_validate_with_botocore(instance_type):
-    from matrix.instances import INSTANCE_TYPES
-    from matrix.jobdef import build_job_definition, validate_job_definition
+    from matrix.deploy.jobdef import build_job_definition, validate_job_definition
+    from matrix.model.instances import INSTANCE_TYPES
 
     matrix = load_matrix(ROOT / "stacks.yaml")
     stack = matrix.stack("cuda13.2-efa")

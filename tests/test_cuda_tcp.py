@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from matrix import build, ca, testing
-from matrix.loader import load_matrix
-from matrix.plan import plan
+from matrix.image import build, ca, testing
+from matrix.image.plan import plan
+from matrix.model.loader import load_matrix
 from tests.layer_checks import apt_cache_files
 
 ROOT = Path(__file__).resolve().parent.parent

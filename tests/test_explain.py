@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from entrypoint import fabric, launchers
-from matrix import cli
-from matrix.explain import ExplainError, explain, parse_nodes
-from matrix.instances import INSTANCE_TYPES
-from matrix.loader import load_matrix
+from matrix.cli import deploy
+from matrix.deploy.explain import ExplainError, explain, parse_nodes
+from matrix.model.instances import INSTANCE_TYPES
+from matrix.model.loader import load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = load_matrix(ROOT / "stacks.yaml")
@@ -24,13 +24,13 @@ PAIRS = [(name, itype) for name, stack in MATRIX.stacks.items() for itype in sta
 @pytest.mark.parametrize("stack,itype", PAIRS, ids=[f"{s}@{i}" for s, i in PAIRS])
 def test_every_stack_on_each_of_its_instances(stack, itype, capsys):
     if itype not in INSTANCE_TYPES:
-        pytest.skip(f"{itype} is listed by {stack} but not in matrix.instances yet")
-    cli.explain(str(ROOT / "stacks.yaml"), stack, itype, "3", "mpirun", False,
+        pytest.skip(f"{itype} is listed by {stack} but not in matrix.model.instances yet")
+    deploy.explain(str(ROOT / "stacks.yaml"), stack, itype, "3", "mpirun", False,
                 ["python3", "train.py"])
     text = capsys.readouterr().out
     assert f"stack {stack} on 3 x {itype}" in text
     assert "role: main, node 0 of 3" in text and "command: " in text
-    cli.explain(str(ROOT / "stacks.yaml"), stack, itype, "3", "mpirun", True,
+    deploy.explain(str(ROOT / "stacks.yaml"), stack, itype, "3", "mpirun", True,
                 ["python3", "train.py"])
     data = json.loads(capsys.readouterr().out)
     instance = INSTANCE_TYPES[itype]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from matrix.loader import load_matrix
-from matrix.rules import blocking, check_stack
+from matrix.model.loader import load_matrix
+from matrix.model.rules import blocking, check_stack
 from tests.helpers import make_stack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,7 +138,7 @@ def test_no_citation_of_shared_facts():
 
 
 def test_every_rule_and_fact_source_names_a_url():
-    from matrix.rules import load_rules
+    from matrix.model.rules import load_rules
 
     assert all("https://" in rule.source for rule in load_rules())
     matrix = load_matrix(ROOT / "stacks.yaml")

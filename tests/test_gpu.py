@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from matrix.loader import load_matrix
-from matrix.plan import plan
+from matrix.image.plan import plan
+from matrix.model.loader import load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 STACK = "cuda13.2-tcp"

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from matrix.errors import UserError
-from matrix.instances import INSTANCE_TYPES, TABLE, get_instance_type, load_instance_types
-from matrix.loader import load_matrix
+from matrix.model.instances import INSTANCE_TYPES, TABLE, get_instance_type, load_instance_types
+from matrix.model.loader import load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,7 +84,7 @@ def test_unknown_source_key_is_named(tmp_path):
 def test_entrypoint_table_is_plain_json_with_the_rdma_facts():
     import json
 
-    from matrix.instances import entrypoint_table
+    from matrix.model.instances import entrypoint_table
 
     table = json.loads(json.dumps(entrypoint_table()))
     assert set(table) == set(INSTANCE_TYPES)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from matrix.errors import UserError
-from matrix.loader import load_matrix
+from matrix.model.loader import load_matrix
 from tests.helpers import write
 
 ROOT = Path(__file__).resolve().parent.parent

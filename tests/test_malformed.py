@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 
 from matrix import errors
 from matrix.errors import UserError
-from matrix.loader import load_matrix
-from matrix.plan import plan
-from matrix.yamlsrc import loads
+from matrix.image.plan import plan
+from matrix.model.loader import load_matrix
+from matrix.model.yamlsrc import loads
 
 ROOT = Path(__file__).resolve().parent.parent
 VALID_TEXT = (ROOT / "stacks.yaml").read_text(encoding="utf-8")
@@ -272,7 +272,7 @@ def test_each_crash_class_is_one_line(raw, expected, tmp_path):
 
 def test_options_are_checked_before_rendering(tmp_path, monkeypatch):
     """A wrong-typed option never reaches a template: no template renders at all."""
-    from matrix import render
+    from matrix.image import render
 
     rendered = []
     monkeypatch.setattr(render, "_render", lambda *a, **k: rendered.append(a) or "")
@@ -293,8 +293,8 @@ def test_a_component_without_an_options_schema_takes_no_options(tmp_path):
 
 def test_every_component_folder_has_an_options_schema():
     """The convention: images/<component>/options.schema.yaml, additionalProperties false."""
-    from matrix.loader import options_schema
-    from matrix.render import IMAGES
+    from matrix.model.schema import options_schema
+    from matrix.model.settings import IMAGES
 
     for component in VALID["components"]:
         rule = options_schema(IMAGES / component / "options.schema.yaml")

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from matrix import ca, pin
 from matrix.errors import UserError
-from matrix.loader import load_matrix
+from matrix.image import ca
+from matrix.model import pin
+from matrix.model.loader import load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 WHEEL_310 = b"fake wheel for cp310"

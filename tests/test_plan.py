@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from matrix import generated
 from matrix.errors import UserError
-from matrix.loader import load_matrix
-from matrix.plan import plan
-from matrix.render import IMAGES, ROOT
+from matrix.image import generated
+from matrix.image.plan import plan
+from matrix.model.loader import load_matrix
+from matrix.model.settings import IMAGES, ROOT
 
 SHARED = """
   cpu-tcp-nods:

@@ -17,10 +17,10 @@ import yaml
 from packaging.version import Version
 
 from matrix.errors import UserError
-from matrix.instances import INSTANCE_TYPES
-from matrix.loader import load_matrix
-from matrix.model import Base, ComponentVersion, Stack, comparable, matches, specifier
-from matrix.rules import Rule, check_matrix, check_stack, load_rules, require_valid
+from matrix.model.entities import Base, ComponentVersion, Stack, comparable, matches, specifier
+from matrix.model.instances import INSTANCE_TYPES
+from matrix.model.loader import load_matrix
+from matrix.model.rules import Rule, check_matrix, check_stack, load_rules, require_valid
 from tests.helpers import make_stack
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from matrix.explain import explain
-from matrix.loader import load_matrix
+from matrix.deploy.explain import explain
+from matrix.model.loader import load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "seed-jobs.md"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from matrix.cuda_arch import family_archs
-from matrix.loader import load_matrix
+from matrix.model.cuda_arch import family_archs
+from matrix.model.loader import load_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL = r"""

@@ -1,6 +1,6 @@
 """``invoke explain`` is faithful to a real node: the plan the entrypoint computes inside the real
 ``cpu-tcp`` image (``MNP_DRY_RUN=json``, facts probed in the container) and the plan
-``matrix.explain`` computes from ``stacks.yaml`` and the instance table make the same decisions."""
+``matrix.deploy.explain`` computes from ``stacks.yaml`` and the instance table make the same decisions."""
 
 import json
 from pathlib import Path
@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from entrypoint import launchers
-from matrix import jobdef
-from matrix.explain import explain
-from matrix.instances import INSTANCE_TYPES
-from matrix.loader import load_matrix
+from matrix.deploy import jobdef
+from matrix.deploy.explain import explain
+from matrix.model.instances import INSTANCE_TYPES
+from matrix.model.loader import load_matrix
 
 pytestmark = [pytest.mark.docker]
 

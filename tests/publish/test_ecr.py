@@ -15,7 +15,7 @@ import pytest
 from botocore.stub import Stubber
 from botocore.validate import validate_parameters
 
-from matrix import ecr, publish
+from matrix.deploy import ecr, publish
 from matrix.errors import UserError
 
 REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"

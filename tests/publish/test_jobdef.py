@@ -10,16 +10,16 @@ import botocore.session
 import pytest
 from botocore.validate import validate_parameters
 
-from matrix.errors import UserError
-from matrix.instances import INSTANCE_TYPES, get_instance_type, job_memory_mib
-from matrix.jobdef import (
+from matrix.deploy.jobdef import (
     build_job_definition,
     check_pair,
     definition_for_stack,
     pin_image,
     validate_job_definition,
 )
-from matrix.loader import load_matrix
+from matrix.errors import UserError
+from matrix.model.instances import INSTANCE_TYPES, get_instance_type, job_memory_mib
+from matrix.model.loader import load_matrix
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cpu-tcp@sha256:" + "a" * 64
 SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:mnp-rendezvous-AbCdEf"
@@ -188,7 +188,7 @@ def test_pinned_image_passes_through_without_a_client():
 
 @pytest.mark.docker
 def test_tag_is_resolved_to_the_registry_digest(docker_client, chain, registry, tmp_path):
-    from matrix.publish import push_stack
+    from matrix.deploy.publish import push_stack
 
     result = push_stack(
         docker_client,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from matrix import publish
+from matrix.deploy import publish
+from matrix.deploy.publish import RetryPolicy, push_stack
 from matrix.errors import UserError
-from matrix.publish import RetryPolicy, push_stack
-from matrix.testrecord import record_pass
+from matrix.image.testrecord import record_pass
 
 pytestmark = pytest.mark.docker
 

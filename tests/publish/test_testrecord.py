@@ -7,7 +7,7 @@ import json
 import pytest
 
 from matrix.errors import UserError
-from matrix.testrecord import has_passed, read_record, record_pass
+from matrix.image.testrecord import has_passed, read_record, record_pass
 
 IMAGE = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "cd" * 32

@@ -24,9 +24,9 @@ from botocore.validate import validate_parameters
 
 from entrypoint.launchers import NAMES as LAUNCHERS
 from matrix.errors import UserError
-from matrix.instances import InstanceType, get_instance_type, job_memory_mib
-from matrix.model import Stack
-from matrix.rules import blocking, check_stack
+from matrix.model.entities import Stack
+from matrix.model.instances import InstanceType, get_instance_type, job_memory_mib
+from matrix.model.rules import blocking, check_stack
 
 DEFAULT_WAIT_TIMEOUT_S = 600
 SECRET_ENV_NAME = "MNP_SECRET"

@@ -22,8 +22,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from matrix.errors import UserError
+from matrix.model.settings import ROOT
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = ROOT
 DEFAULT_STATE_DIR = PROJECT_ROOT / ".mnp" / "test-results"
 
 _IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")

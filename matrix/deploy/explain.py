@@ -2,10 +2,10 @@
 hardware, without an image and without a build.
 
 The settings are the ones ``invoke jobdef`` writes into the job definition
-(:func:`matrix.jobdef.mnp_environment`, with the stack's fabric) plus the Batch variables of the
+(:func:`matrix.deploy.jobdef.mnp_environment`, with the stack's fabric) plus the Batch variables of the
 main node (index 0 of N). The node facts come from the stack's declared versions
-(:meth:`matrix.model.Stack.versions`: components, and what bases and components ``provide``) and
-from the instance table (:data:`matrix.instances.INSTANCE_TYPES`). Then the entrypoint's own
+(:meth:`matrix.model.entities.Stack.versions`: components, and what bases and components ``provide``) and
+from the instance table (:data:`matrix.model.instances.INSTANCE_TYPES`). Then the entrypoint's own
 :func:`entrypoint.plan.make_plan` decides, exactly as it does on the node.
 """
 
@@ -19,8 +19,8 @@ from entrypoint import config, launchers
 from entrypoint import plan as ep_plan
 from entrypoint.facts import NodeFacts
 from matrix.errors import UserError
-from matrix.instances import INSTANCE_TYPES, InstanceType
-from matrix.model import Matrix, Stack, comparable
+from matrix.model.entities import Matrix, Stack, comparable
+from matrix.model.instances import INSTANCE_TYPES, InstanceType
 
 # A fork's own version -> the upstream DeepSpeed release it is based on (what decides how the
 # launcher passes the environment on).
@@ -156,7 +156,7 @@ def stack_facts(stack: Stack, instance: InstanceType) -> NodeFacts:
 def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
             launcher: str = "mpirun", command: list[str] | None = None) -> Explained:
     """The main node's plan. Raises :class:`ExplainError` for unknown names or bad numbers."""
-    from matrix import jobdef
+    from matrix.deploy import jobdef
 
     if stack_name not in matrix.stacks:
         raise ExplainError(f"--stack {stack_name!r} is not in {matrix.path} "

@@ -20,9 +20,9 @@ from pathlib import Path
 import docker
 from docker.errors import APIError, ContainerError, ImageNotFound
 
-from matrix.engine import apt_install
 from matrix.errors import UserError
-from matrix.model import Base
+from matrix.image.engine import apt_install
+from matrix.model.entities import Base
 
 # What the official Debian images configure for container builds, file by file: the
 # debuerreotype scripts that build them, scripts/debuerreotype-minimizing-config

@@ -29,10 +29,10 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier
 from packaging.tags import parse_tag
 
-from matrix import yamlsrc
 from matrix.errors import UserError
-from matrix.loader import check_schema
-from matrix.model import Matrix, Stack, comparable, matches, specifier
+from matrix.model import yamlsrc
+from matrix.model.entities import Matrix, Stack, comparable, matches, specifier
+from matrix.model.schema import check_schema
 
 RULES_FILE = Path(__file__).parent / "rules.yaml"
 PYPI_SIMPLE = "https://pypi.org/simple"
@@ -94,7 +94,7 @@ def load_rules(path: Path = RULES_FILE) -> tuple[Rule, ...]:
     for index, raw in enumerate(located.data.get("classes", [])):
         if raw["id"] not in CLASS_CHECKS:
             raise UserError(f"{located.where(('classes', index))}: rule class {raw['id']!r} has "
-                            f"no check in matrix/rules.py ({', '.join(sorted(CLASS_CHECKS))})")
+                            f"no check in matrix/model/rules.py ({', '.join(sorted(CLASS_CHECKS))})")
         rules.append(Rule(id=raw["id"], when={}, require={}, source=raw["source"],
                           why=raw.get("why", ""), kind="class"))
     missing = set(CLASS_CHECKS) - {r.id for r in rules if r.kind == "class"}
@@ -124,7 +124,7 @@ def _is_keyword(key: str) -> bool:
 # --- pairwise rules --------------------------------------------------------------------------
 
 def _instance_rows(stack: Stack) -> list[Any]:
-    from matrix.instances import INSTANCE_TYPES
+    from matrix.model.instances import INSTANCE_TYPES
 
     return [INSTANCE_TYPES[name] for name in stack.instances if name in INSTANCE_TYPES]
 
@@ -179,7 +179,7 @@ def _instance_requirement(stack: Stack, rule: Rule, trigger: str, key: str,
         if not ok:
             problems.append(Violation(stack, rule, trigger, f"instance {row.name} {attr}",
                                       _field_text(value), alternatives,
-                                      fact_source=f"matrix/instances.yaml {row.name}"))
+                                      fact_source=f"matrix/model/instances.yaml {row.name}"))
     return problems
 
 

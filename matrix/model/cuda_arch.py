@@ -3,8 +3,9 @@ its CUDA version's nvcc can target.
 
 Two tables, each with its source:
 
-* GPU model (``gpu_model`` in matrix/instances.yaml) -> compute capability, from NVIDIA's "CUDA GPUs" page
-  (https://developer.nvidia.com/cuda-gpus, "Compute Capability" tables: data center products).
+* GPU model (``gpu_model`` in matrix/model/instances.yaml) -> compute capability, from NVIDIA's
+  "CUDA GPUs" page (https://developer.nvidia.com/cuda-gpus, "Compute Capability" tables:
+  data center products).
 * compute capability -> the first CUDA release whose nvcc targets it and the first release that
   dropped it, from the CUDA Toolkit release notes
   (https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/, "New Features" / "Deprecated or
@@ -24,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from matrix.errors import UserError
-from matrix.instances import INSTANCE_TYPES
-from matrix.model import Matrix, Stack
+from matrix.model.entities import Matrix, Stack
+from matrix.model.instances import INSTANCE_TYPES
 
 # GPU model (as the instance table names it) -> compute capability.
 GPU_COMPUTE_CAPABILITY: dict[str, str] = {
@@ -85,7 +86,7 @@ def cuda_archs(cuda: str | None, gpu_models: list[str]) -> list[str]:
     for model in gpu_models:
         cc = GPU_COMPUTE_CAPABILITY.get(model)
         if cc is None:
-            raise UserError(f"matrix/cuda_arch.py: GPU model {model!r} has no compute capability "
+            raise UserError(f"matrix/model/cuda_arch.py: GPU model {model!r} has no compute capability "
                             f"in GPU_COMPUTE_CAPABILITY (known: "
                             f"{', '.join(sorted(GPU_COMPUTE_CAPABILITY))})")
         if supported(cc, cuda):

@@ -18,25 +18,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from matrix.errors import UserError
-
-ENV_VARS = ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
-
-
-def default_bundle() -> Path | None:
-    """The CA bundle named by PIP_CERT, REQUESTS_CA_BUNDLE or SSL_CERT_FILE, if any."""
-    for var in ENV_VARS:
-        value = os.environ.get(var)
-        if value:
-            return Path(value)
-    return None
+from matrix.model.settings import CA_ENV_VARS, default_ca_bundle
 
 
 def resolve(ca_bundle: str | None) -> Path | None:
     """``--ca-bundle`` if given, else the default; checked to exist and look like PEM."""
-    path = Path(ca_bundle) if ca_bundle else default_bundle()
+    path = Path(ca_bundle) if ca_bundle else default_ca_bundle()
     if path is None:
         return None
-    origin = "--ca-bundle" if ca_bundle else next(v for v in ENV_VARS if os.environ.get(v))
+    origin = "--ca-bundle" if ca_bundle else next(v for v in CA_ENV_VARS if os.environ.get(v))
     try:
         head = path.read_bytes()[:65536]
     except OSError as exc:

@@ -40,11 +40,11 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from matrix import ca
 from matrix.errors import UserError
-from matrix.loader import load_matrix
-from matrix.model import Matrix
-from matrix.rules import wheel_fits
+from matrix.model.entities import Matrix
+from matrix.model.loader import load_matrix
+from matrix.model.rules import wheel_fits
+from matrix.model.settings import default_ca_bundle
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 PYPI_FILES_HOST = "files.pythonhosted.org"
@@ -99,7 +99,7 @@ Hasher = Callable[[str], str]
 
 
 def _context() -> ssl.SSLContext:
-    bundle = ca.default_bundle()
+    bundle = default_ca_bundle()
     return ssl.create_default_context(cafile=str(bundle) if bundle else None)
 
 

@@ -20,10 +20,10 @@ from docker.errors import APIError, ImageNotFound, NotFound
 from rich.console import Console
 from rich.table import Table
 
-from matrix import bootstrap, ca
 from matrix.errors import UserError
-from matrix.plan import Layer, Plan
-from matrix.render import ROOT
+from matrix.image import bootstrap, ca
+from matrix.image.plan import Layer, Plan
+from matrix.model.settings import ROOT
 
 STATE = ROOT / ".mnp"
 STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")

@@ -15,8 +15,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from matrix import yamlsrc
 from matrix.errors import UserError
+from matrix.model import yamlsrc
+from matrix.model.schema import check_schema
 
 TABLE = Path(__file__).parent / "instances.yaml"
 
@@ -110,8 +111,6 @@ def _row(name: str, raw: dict[str, Any], sources: dict[str, str], where: str) ->
 @cache
 def load_instance_types(path: Path = TABLE) -> dict[str, InstanceType]:
     """Read and schema-check the instance table; problems name ``file:line``."""
-    from matrix.loader import check_schema  # loader imports this module lazily (no cycle)
-
     located = yamlsrc.load(path)
     if not isinstance(located.data, dict):
         raise UserError(f"{path}: expected a mapping with sources and instances")

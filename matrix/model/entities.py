@@ -1,6 +1,6 @@
 """The stack matrix as typed objects: bases, component versions, stacks.
 
-Everything here is immutable data built by :mod:`matrix.loader`; nothing touches Docker.
+Everything here is immutable data built by :mod:`matrix.model.loader`; nothing touches Docker.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from matrix.yamlsrc import Located
+from matrix.model.yamlsrc import Located
 
 _RELEASE = re.compile(r"^(?:\d+:)?v?(\d+(?:\.\d+)*)")
 # AWS's libfabric builds: 1.22.0amzn3.0 (AWS patch 3.0 on top of upstream 1.22.0) and

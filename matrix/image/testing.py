@@ -4,7 +4,7 @@ For every layer of a stack, ``images/<component>/test_*.py`` runs under pytest w
 docker backend against a fresh container of the layer's own image (so a layer is tested before
 anything above it can hide a problem); the stack-level tests in ``images/_stack/`` run against the
 final image. Results are reported per layer, and a stack whose tests all pass is recorded by image
-ID (:mod:`matrix.testrecord`), which ``invoke push`` requires.
+ID (:mod:`matrix.image.testrecord`), which ``invoke push`` requires.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from docker.errors import ImageNotFound
 from rich.console import Console
 from rich.table import Table
 
-from matrix import testrecord
 from matrix.errors import UserError
-from matrix.plan import Layer, Plan
-from matrix.render import IMAGES, ROOT
+from matrix.image import testrecord
+from matrix.image.plan import Layer, Plan
+from matrix.model.settings import IMAGES, ROOT
 
 
 @dataclass

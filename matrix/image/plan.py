@@ -13,9 +13,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from matrix.cuda_arch import family_archs
-from matrix.model import ComponentVersion, Matrix, Stack, tag_safe
-from matrix.render import (
+from matrix.image.render import (
     IMAGES,
     ROOT,
     ContextFile,
@@ -23,7 +21,9 @@ from matrix.render import (
     render_layer,
     render_stack_labels,
 )
-from matrix.rules import require_valid
+from matrix.model.cuda_arch import family_archs
+from matrix.model.entities import ComponentVersion, Matrix, Stack, tag_safe
+from matrix.model.rules import require_valid
 
 LABEL_PREFIX = "io.github.mnp-stacks"
 

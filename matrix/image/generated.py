@@ -11,8 +11,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from matrix.plan import Plan
-from matrix.render import GENERATED
+from matrix.image.plan import Plan
+from matrix.model.settings import GENERATED
 
 
 def expected(plan: Plan) -> dict[str, str]:

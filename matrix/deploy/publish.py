@@ -10,7 +10,7 @@ A stack is a chain of layer images, each tagged by the hash of its build inputs
 
 After each push the manifest digest is read back from the registry through the engine and must
 equal the digest the engine reported. The final image must have passed its tests
-(:mod:`matrix.testrecord`) unless ``force`` is given. Transient registry failures are retried with
+(:mod:`matrix.image.testrecord`) unless ``force`` is given. Transient registry failures are retried with
 exponential backoff; a registry that stays down ends the push with one :class:`UserError`, and
 running the push again later resumes where it stopped (finished tags are skipped).
 """
@@ -28,9 +28,9 @@ import docker
 import docker.errors
 from docker.utils import parse_repository_tag
 
-from matrix import ecr
+from matrix.deploy import ecr
 from matrix.errors import UserError
-from matrix.testrecord import DEFAULT_STATE_DIR, has_passed
+from matrix.image.testrecord import DEFAULT_STATE_DIR, has_passed
 
 Log = Callable[[str], None]
 

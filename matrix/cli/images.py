@@ -1,0 +1,110 @@
+"""Tasks that make and check images on a Docker engine: ``build``, ``ref``, ``engine``, ``test``."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from matrix.cli.options import (
+    BUILD_METADATA,
+    console,
+    emit_json,
+    load,
+    make_console,
+    one_stack,
+    pick_stacks,
+    shown,
+)
+from matrix.errors import UserError
+from matrix.image.plan import Plan, plan
+
+# --- build, ref, engine, test, check --------------------------------------------------------------
+
+def build(stacks_file: str, stacks: Any, all_stacks: bool, registry: str | None,
+          ca_bundle: str | None, as_json: bool = False,
+          metadata_file: str | None = None) -> dict[str, Any]:
+    """Build the stacks; write what was built (tags, image IDs, sizes, times) as JSON metadata."""
+    from matrix.image import build as builder
+    from matrix.image import ca, engine
+
+    matrix = load(stacks_file)
+    names = pick_stacks(matrix, stacks, all_stacks)
+    result = plan(matrix, names)
+    bundle = ca.resolve(ca_bundle)
+    out = make_console(stderr=True) if as_json else console
+    client = engine.ensure()
+    started = datetime.now(timezone.utc)
+    clock = time.monotonic()
+    results = builder.build(client, result, names, registry=registry, ca_bundle=bundle, console=out)
+    metadata = build_metadata(result, names, results, started, time.monotonic() - clock)
+    target = Path(metadata_file) if metadata_file else BUILD_METADATA
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(target)  # never a half-written metadata file
+    if as_json:
+        emit_json(metadata)
+    else:
+        for name in names:
+            print(f"{name}: {result.final_ref(name)} = {result.chains[name][-1]}")
+        print(f"build metadata: {shown(target)}")
+    return metadata
+
+
+def build_metadata(result: Plan, names: list[str], results: list[Any], started: datetime,
+                   seconds: float) -> dict[str, Any]:
+    """What a build made, per stack and per layer (as ``docker buildx bake --metadata-file``)."""
+    by_ref = {r.layer.ref: r for r in results}
+    layers = [{"ref": r.layer.ref, "component": r.layer.component, "version": r.layer.version,
+               "status": r.status, "image_id": r.image_id, "size_bytes": r.size,
+               "added_bytes": r.added, "seconds": round(r.seconds, 3), "parent": r.layer.parent}
+              for r in results]
+    stacks = {}
+    for name in names:
+        final = by_ref[result.chains[name][-1]]
+        stacks[name] = {"image": result.final_ref(name), "ref": final.layer.ref,
+                        "image_id": final.image_id, "size_bytes": final.size,
+                        "layers": list(result.chains[name])}
+    return {"started": started.isoformat(timespec="seconds"), "seconds": round(seconds, 3),
+            "stacks": stacks, "layers": layers}
+
+
+def ref(stacks_file: str, stacks: Any) -> str:
+    matrix = load(stacks_file)
+    stack = one_stack(matrix, stacks)
+    final = plan(matrix, [stack]).chains[stack][-1]
+    print(final)
+    return final
+
+
+def start_engine() -> None:
+    from matrix.image import engine
+
+    client = engine.ensure()
+    print(f"Docker engine {client.version().get('Version', '?')} is running")
+
+
+def test_stack(stacks_file: str, stacks: Any, all_stacks: bool, to_stderr: bool = False) -> None:
+    """Layer tests; ``to_stderr`` keeps stdout for ``build --json --test``'s JSON alone."""
+    from matrix.image import engine, testing
+
+    matrix = load(stacks_file)
+    names = pick_stacks(matrix, stacks, all_stacks)
+    result = plan(matrix, names)
+    client = engine.ensure()
+    failures = []
+    for name in names:
+        try:
+            testing.run_stack_tests(client, result, name,
+                                    console=make_console(stderr=True) if to_stderr else console)
+        except UserError as exc:
+            if len(names) == 1:
+                raise
+            failures.append(str(exc))
+    if failures:
+        raise UserError("; ".join(failures))
+
+

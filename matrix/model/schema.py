@@ -1,0 +1,110 @@
+"""Check YAML read with positions against JSON Schemas: the stacks, rules and instances files'
+schemas in ``matrix/model/schemas/`` and each component's ``images/<component>/options.schema.yaml``.
+
+The instance table and the loader both use it, so it sits below both of them. A problem is one
+:class:`~matrix.errors.UserError` as ``file:line: key: problem``.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from matrix.errors import UserError, excerpt
+from matrix.model import yamlsrc
+from matrix.model.settings import IMAGES
+
+SCHEMAS = Path(__file__).parent / "schemas"
+
+
+@cache
+def schema(name: str) -> dict[str, Any]:
+    return yaml.safe_load((SCHEMAS / f"{name}.schema.yaml").read_text(encoding="utf-8"))
+
+
+def check_schema(located: yamlsrc.Located, schema_name: str) -> None:
+    """Raise the first schema error (in document order) as ``file:line: key: problem``."""
+    validator = jsonschema.Draft202012Validator(schema(schema_name))
+    errors = list(validator.iter_errors(located.data))
+    if not errors:
+        return
+    first = min(errors, key=lambda e: (located.where(e.absolute_path), len(e.absolute_path)))
+    first = jsonschema.exceptions.best_match([first])
+    key = "/".join(key_text(p) for p in first.absolute_path) or "(top level)"
+    raise UserError(f"{located.where(first.absolute_path)}: {key}: {_describe(first)}")
+
+
+OPTIONS_SCHEMA = "options.schema.yaml"
+
+
+def check_options(located: yamlsrc.Located, images: Path | None = None) -> None:
+    """Each component version's ``options`` against ``images/<component>/options.schema.yaml``.
+
+    Runs before any template sees the options. A component without that file takes no options.
+    """
+    for component, cspec in located.data["components"].items():
+        schema_file = (images or IMAGES) / component / OPTIONS_SCHEMA
+        rule = options_schema(schema_file)
+        for version, vspec in cspec["versions"].items():
+            here = ("components", component, "versions", version, "options")
+            if rule is None:
+                if "options" in vspec:
+                    raise UserError(f"{located.where(here)}: {'/'.join(here)}: component "
+                                    f"{component} takes no options (it has no "
+                                    f"images/{component}/{OPTIONS_SCHEMA})")
+                continue
+            errors = list(jsonschema.Draft202012Validator(rule).iter_errors(vspec.get("options", {})))
+            if errors:
+                first = jsonschema.exceptions.best_match(errors)
+                at = here + tuple(first.absolute_path)
+                raise UserError(f"{located.where(at)}: {'/'.join(map(key_text, at))}: "
+                                f"{_describe(first)} [images/{component}/{OPTIONS_SCHEMA}]")
+
+
+@cache
+def options_schema(path: Path) -> dict[str, Any] | None:
+    """A component's options schema; None when the component has none (it takes no options)."""
+    if not path.is_file():
+        return None
+    try:
+        rule = yaml.safe_load(path.read_text(encoding="utf-8"))
+        jsonschema.Draft202012Validator.check_schema(rule)
+    except (yaml.YAMLError, jsonschema.exceptions.SchemaError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: not a valid JSON Schema: "
+                        f"{' '.join(str(exc).split())[:200]}") from None
+    return rule
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    """A short, human sentence for a schema error."""
+    described = error.schema.get("description", "") if isinstance(error.schema, dict) else ""
+    if error.validator == "pattern":
+        hint = " (quote versions such as \"10.1\")" if "version" in described.lower() else ""
+        return f"{excerpt(error.instance)} does not match {error.validator_value!r}{hint}"
+    if error.validator == "type":
+        hint = f"; {described}" if described else ""
+        return f"expected {error.validator_value}, got {_kind(error.instance)}{hint}"
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        return f"unknown key(s) {', '.join(map(str, extra))}; allowed: {', '.join(allowed) or 'none'}"
+    # jsonschema's own messages quote the whole value; quote an excerpt instead.
+    return error.message.replace(repr(error.instance), excerpt(error.instance))
+
+
+def key_text(key: Any) -> str:
+    """One key of a path in an error line; a huge key is shortened like any quoted value."""
+    text = str(key)
+    return text if len(text) <= 40 else excerpt(text)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean",
+            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+

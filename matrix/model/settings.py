@@ -1,0 +1,27 @@
+"""Where the project's files are, and the one setting every download reads from the environment.
+
+Every room reads these: the model finds each component's options schema under ``images/``, the
+image room renders and builds from it, and both ``invoke pin`` and the build trust the CA bundle
+named by ``PIP_CERT``, ``REQUESTS_CA_BUNDLE`` or ``SSL_CERT_FILE`` (pip's and requests' own
+variables, in the order pip reads them).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+IMAGES = ROOT / "images"
+GENERATED = IMAGES / "generated"
+
+CA_ENV_VARS = ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
+
+
+def default_ca_bundle() -> Path | None:
+    """The CA bundle named by PIP_CERT, REQUESTS_CA_BUNDLE or SSL_CERT_FILE, if any."""
+    for var in CA_ENV_VARS:
+        value = os.environ.get(var)
+        if value:
+            return Path(value)
+    return None
