@@ -23,7 +23,7 @@ import os
 import re
 import shlex
 
-from . import envtable, fabric, hostfile, launch, launchers, mca
+from . import envtable, fabric, hostfile, launchers, mca
 from .rendezvous import NodeInfo
 
 PLAN_VERSION = 2  # 2: "mca" entries are [name, value, source]; MPI parameters are OMPI_MCA_*
@@ -272,7 +272,7 @@ def make_plan(cfg, facts, command, user_env, table=None, hostfiles=None):
                                 hostfile_path if hostfiles else None)
     full, kept = _merge(user_env, env)
     plan.kept.extend(kept)
-    exports = launch.export_names(full, cfg.export_env)
+    exports = launchers.base.export_names(full, cfg.export_env)
 
     if cfg.mode != "child" or not unit.needs_ssh:
         plan.argv = _argv(plan, cfg, facts, unit.name, command, full, user_env, table, np,
@@ -280,7 +280,7 @@ def make_plan(cfg, facts, command, user_env, table=None, hostfiles=None):
         plan.hostfile = hostfile.render_openmpi(table).splitlines()
     if "DS_ENV_FILE" in full and "DS_ENV_FILE" not in user_env:
         env.set("DS_ENV_FILE", full["DS_ENV_FILE"], "DeepSpeed reads the exported variables "
-                "from this file", launchers.SOURCES["deepspeed"])
+                "from this file", launchers.deepspeed.SOURCE)
     _children(plan, cfg, facts, unit, table, need_ssh, command)
     plan.environment = full
     # what the entrypoint sets and the user did not override (those are listed in ``kept``)
@@ -567,17 +567,17 @@ def _argv(plan, cfg, facts, unit_name, command, env, user_env, table, np, count,
         mpirun = bins.get("mpirun")
         if not mpirun:
             plan.problems.append("mpirun not found on PATH: install Open MPI or set MNP_LAUNCHER")
-        return launch.mpirun_argv(mpirun or "mpirun", command, env, np, hostfile_path,
-                                  mca_flags, exports, launcher_args, facts.is_root)
-    problem = launchers.pytorch_problem(unit_name, bins, facts.versions.get("pytorch"))
+        return launchers.mpirun.argv(mpirun or "mpirun", command, env, np, hostfile_path,
+                                     mca_flags, exports, launcher_args, facts.is_root)
+    problem = launchers.torchrun.pytorch_problem(unit_name, bins, facts.versions.get("pytorch"))
     if problem:
         plan.problems.append(problem)
     if unit_name == "torchrun":
-        prefix = launchers.torchrun_prefix(bins)
-        return launch.torchrun_argv(prefix, command, len(table), cfg.node_index, count, master,
-                                    cfg.master_port, cfg.launcher_args)
+        prefix = launchers.torchrun.prefix(bins)
+        return launchers.torchrun.argv(prefix, command, len(table), cfg.node_index, count,
+                                       master, cfg.master_port, cfg.launcher_args)
     if unit_name == "torch.distributed.launch":
-        argv, problem = launchers.distributed_launch_argv(
+        argv, problem = launchers.distributed_launch.argv(
             command, len(table), cfg.node_index, count, master, cfg.master_port,
             cfg.launcher_args)
         if problem:
@@ -586,7 +586,7 @@ def _argv(plan, cfg, facts, unit_name, command, env, user_env, table, np, count,
     if unit_name == "deepspeed":
         return _deepspeed(plan, cfg, facts, command, env, user_env, master, hostfile_path,
                           exports, launcher_args)
-    return list(command)
+    return launchers.none.argv(command)
 
 
 def _deepspeed_runner(cfg, facts):
@@ -621,7 +621,7 @@ def _deepspeed(plan, cfg, facts, command, env, user_env, master, hostfile_path, 
         # the MPI parameters are OMPI_MCA_* variables (see _mpi_params): none on this line, so
         # none can clash with the two the runner puts on its own
         args = (["--allow-run-as-root"] if facts.is_root else []) + args
-    target, via = launchers.deepspeed_env_target(facts.versions.get("deepspeed"), cfg.state_dir,
+    target, via = launchers.deepspeed.env_target(facts.versions.get("deepspeed"), cfg.state_dir,
                                                  facts.home, user_env)
     plan.launcher["env_propagation"] = via
     if target:
@@ -637,5 +637,5 @@ def _deepspeed(plan, cfg, facts, command, env, user_env, master, hostfile_path, 
             env["DS_ENV_FILE"] = target
     prefix = ["deepspeed"] if bins.get("deepspeed") else ["python3", "-m",
                                                           "deepspeed.launcher.runner"]
-    return launch.deepspeed_argv(prefix, command, hostfile_path, runner, master, cfg.master_port,
-                                 " ".join(shlex.quote(a) for a in args))
+    return launchers.deepspeed.argv(prefix, command, hostfile_path, runner, master,
+                                    cfg.master_port, " ".join(shlex.quote(a) for a in args))
