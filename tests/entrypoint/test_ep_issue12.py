@@ -363,7 +363,7 @@ def test_child_stops_promptly_when_the_main_node_accepts_and_stays_silent(tmp_pa
 def test_no_wall_clock_timeouts_in_the_entrypoint():
     """``time.time()`` only where an epoch deadline from a caller is converted once."""
     calls = []
-    for path in sorted((ROOT / "entrypoint").glob("*.py")):
+    for path in sorted((ROOT / "entrypoint").rglob("*.py")):
         for item in ast.walk(ast.parse(path.read_text())):
             if isinstance(item, ast.Call) and isinstance(item.func, ast.Attribute) and \
                     item.func.attr == "time" and getattr(item.func.value, "id", "") == "time":
