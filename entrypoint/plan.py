@@ -24,7 +24,7 @@ import re
 import shlex
 
 from . import envtable, fabric, hostfile, launchers, mca
-from .rendezvous import NodeInfo
+from .registry import NodeInfo
 
 PLAN_VERSION = 2  # 2: "mca" entries are [name, value, source]; MPI parameters are OMPI_MCA_*
 # Names that likely hold a secret: any of these words in the name ...
