@@ -16,7 +16,7 @@ Every image of this project runs ``python3 -m entrypoint CMD ARGS...`` (installe
    with the main node (index, address, slots, SSH host key), authenticated with an HMAC when a
    secret is set; the main node waits for every index, at most ``MNP_WAIT_TIMEOUT`` seconds;
 6. sets up per-job SSH (``ssh``), writes the hostfiles (``hostfile``), recomputes the plan with
-   the real node table and runs its command (built by ``launch``) as a supervised child
+   the real node table and runs its command (built by its ``launchers`` unit) as a supervised child
    (``lifecycle``), forwarding signals, reaping zombies and exiting with the launcher's status.
 
 It uses the Python standard library only and runs on Python 3.6 and newer. The user-facing

@@ -10,7 +10,7 @@ version-dependent rows of ``envtable``; this module only reads the machine:
 - ``interface_vendor``: the PCI vendor of the job's interface (``0x1d0f``: AWS ENA);
 - ``imds_instance_type``: one IMDSv2 query (1 s budget), only asked when EFA devices exist;
 - ``rdma_capable``: RDMA reads over EFA by instance family (``RDMA_FAMILIES``, checked against
-  ``matrix.instances`` by ``tests/test_explain.py``), else by GPU model.
+  ``matrix.model.instances`` by ``tests/test_explain.py``), else by GPU model.
 
 ``mca_flags`` turns the plan's Open MPI parameters into ``-mca`` flags, minus those the user set
 as ``OMPI_MCA_<name>``.

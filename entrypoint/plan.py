@@ -3,12 +3,12 @@ run prints.
 
 ``make_plan(cfg, facts, command, user_env, table, hostfiles)`` decides, without touching the
 machine: the role, the address, the slots and their source, the fabric and why, every
-environment variable the entrypoint sets with its reason and source (``envtable`` rows), the
-launcher unit and its argv, what runs on children, the files to write (DeepSpeed's env file) and
-the problems that stop a real run (a missing launcher program). The run writes ``files`` and
-starts ``argv`` with ``environment``; ``MNP_DRY_RUN=1`` prints ``text()``, ``MNP_DRY_RUN=json``
-prints ``to_dict()`` as JSON. ``matrix.explain`` calls the same function with facts built from
-a stack's declared versions and the instance table.
+environment variable the entrypoint sets with its reason and source (``planenv``, from the
+``envtable`` rows), the launcher unit and its argv, what runs on children, the files to write
+(DeepSpeed's env file) and the problems that stop a real run (a missing launcher program). The
+run writes ``files`` and starts ``argv`` with ``environment``; ``MNP_DRY_RUN=1`` prints
+``text()``, ``MNP_DRY_RUN=json`` prints ``to_dict()`` as JSON. ``matrix.deploy.explain`` calls the same
+function with facts built from a stack's declared versions and the instance table.
 
 JSON shape (``to_dict``; ``version`` is bumped when a key changes meaning):
 ``{"version": 1, "role": {...}, "address": {...}, "slots": {...}, "fabric": {...},
@@ -23,8 +23,8 @@ import os
 import re
 import shlex
 
-from . import envtable, fabric, hostfile, launch, launchers, mca
-from .rendezvous import NodeInfo
+from . import fabric, hostfile, launchers, mca, planenv
+from .registry import NodeInfo
 
 PLAN_VERSION = 2  # 2: "mca" entries are [name, value, source]; MPI parameters are OMPI_MCA_*
 # Names that likely hold a secret: any of these words in the name ...
@@ -222,23 +222,6 @@ def placeholder_table(cfg, facts, slots):
     return table
 
 
-class _Env(object):
-    """The variables the entrypoint sets, in order, each with its reason and source."""
-
-    def __init__(self):
-        self.entries = []
-
-    def set(self, name, value, reason, source=""):
-        for entry in self.entries:
-            if entry["name"] == name:
-                entry.update(value=value, reason=reason, source=source)
-                return
-        self.entries.append({"name": name, "value": value, "reason": reason, "source": source})
-
-    def as_dict(self):
-        return dict((e["name"], e["value"]) for e in self.entries)
-
-
 def make_plan(cfg, facts, command, user_env, table=None, hostfiles=None):
     """The plan for this node. ``table`` is the node table (``None``: placeholders, for the dry
     run); ``hostfiles`` maps ``openmpi``/``plain``/``intel`` to paths, or ``None``."""
@@ -259,10 +242,10 @@ def make_plan(cfg, facts, command, user_env, table=None, hostfiles=None):
     unit = _unit(plan, cfg, facts, count)
     need_ssh = cfg.mode in ("main", "child") and unit.needs_ssh
 
-    env = _Env()
-    _table_rows(plan, env, facts)
-    _libraries(plan, env, plan.fabric["kind"], facts)
-    master, np = _wiring_env(env, cfg, facts, table, hostfiles, need_ssh)
+    env = planenv.Env()
+    planenv.table_rows(plan, env, facts)
+    planenv.libraries(plan, env, plan.fabric["kind"], facts)
+    master, np = planenv.wiring(env, cfg, facts, table, hostfiles, need_ssh)
     _node_checks(plan, facts, plan.fabric["kind"])
     if cfg.mode == "main" and unit.needs_ssh:  # the hostfile's hosts; torchrun has none
         _duplicate_addresses(plan, table)
@@ -270,9 +253,9 @@ def make_plan(cfg, facts, command, user_env, table=None, hostfiles=None):
                                                                           "hostfile")
     launcher_args = _mpi_params(plan, env, cfg, facts, unit, user_env,
                                 hostfile_path if hostfiles else None)
-    full, kept = _merge(user_env, env)
+    full, kept = planenv.merge(user_env, env)
     plan.kept.extend(kept)
-    exports = launch.export_names(full, cfg.export_env)
+    exports = launchers.base.export_names(full, cfg.export_env)
 
     if cfg.mode != "child" or not unit.needs_ssh:
         plan.argv = _argv(plan, cfg, facts, unit.name, command, full, user_env, table, np,
@@ -280,7 +263,7 @@ def make_plan(cfg, facts, command, user_env, table=None, hostfiles=None):
         plan.hostfile = hostfile.render_openmpi(table).splitlines()
     if "DS_ENV_FILE" in full and "DS_ENV_FILE" not in user_env:
         env.set("DS_ENV_FILE", full["DS_ENV_FILE"], "DeepSpeed reads the exported variables "
-                "from this file", launchers.SOURCES["deepspeed"])
+                "from this file", launchers.deepspeed.SOURCE)
     _children(plan, cfg, facts, unit, table, need_ssh, command)
     plan.environment = full
     # what the entrypoint sets and the user did not override (those are listed in ``kept``)
@@ -324,53 +307,6 @@ def _unit(plan, cfg, facts, count):
     plan.launcher = unit.to_dict()
     plan.launcher.update(requested=cfg.launcher, unit=name)
     return unit
-
-
-def _table_rows(plan, env, facts):
-    """The version-dependent variables (``envtable``), and why the notable others are unset."""
-    context = {"fabric": plan.fabric["kind"], "accelerator": facts.accelerator,
-               "rdma": plan.fabric["rdma"],
-               "nic": "ena" if facts.nic_vendor == fabric.ENA_VENDOR else "other",
-               "present": sorted(facts.installed()),
-               "nccl_node": bool(facts.versions.get("nccl")) or facts.accelerator == "gpu"}
-    chosen = envtable.select(context, facts.versions, facts.interface)
-    for row, value, guesses in chosen:
-        reason = row.why + ("" if not guesses else " (guessed: %s)" % ", ".join(guesses))
-        env.set(row.setting, value, reason, row.source)
-    selected = set(row.setting for row, _, _ in chosen)
-    for name in sorted(envtable.NOT_SET_REASONS):
-        accelerators, reason = envtable.NOT_SET_REASONS[name]
-        if name not in selected and facts.accelerator in accelerators:
-            plan.not_set.append({"name": name, "reason": reason})
-
-
-def _wiring_env(env, cfg, facts, table, hostfiles, need_ssh):
-    """Root, SSH and ``MNP_*`` variables; returns ``(master address, total processes)``."""
-    if facts.is_root:
-        for name in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
-            env.set(name, "1", "running as root: Open MPI refuses otherwise",
-                    "https://github.com/open-mpi/ompi/issues/4451")
-    if need_ssh:
-        ssh_config = os.path.join(cfg.state_dir, "ssh", "ssh_config")
-        env.set("OMPI_MCA_plm_rsh_args", "-F %s" % ssh_config,
-                "mpirun's ssh uses the per-job keys and known_hosts")
-        if facts.binaries.get("pdsh"):
-            env.set("PDSH_SSH_ARGS_APPEND", "-F %s" % ssh_config,
-                    "pdsh's ssh uses the per-job keys and known_hosts")
-        env.set("MNP_SSH_CONFIG", ssh_config, "the per-job ssh client settings")
-    if hostfiles:
-        env.set("MNP_HOSTFILE", hostfiles["openmpi"], "Open MPI/DeepSpeed hostfile")
-        env.set("MNP_HOSTFILE_PLAIN", hostfiles["plain"], "one address per line")
-        env.set("MNP_HOSTFILE_INTEL", hostfiles["intel"], "Intel MPI/MPICH hostfile")
-    master = "127.0.0.1" if cfg.mode == "single" else sorted(
-        table, key=lambda n: n.index)[0].address
-    np = cfg.np_override or hostfile.total_slots(table)
-    env.set("MNP_NUM_NODES", str(len(table)), "nodes in the job")
-    env.set("MNP_NODE_INDEX", str(cfg.node_index), "this node's index")
-    env.set("MNP_NODE_ADDRESS", facts.address, "this node's address")
-    env.set("MNP_MASTER_ADDRESS", master, "node 0's address: rank 0 and its store live there")
-    env.set("MNP_NP", str(np), "total processes (MNP_NP or the sum of slots)")
-    return master, np
 
 
 def _children(plan, cfg, facts, unit, table, need_ssh, command):
@@ -509,57 +445,6 @@ def fabric_mca(interface):
     return mca + [("pml", "ob1"), ("btl", "^openib")]
 
 
-def _libraries(plan, env, kind, facts):
-    dirs = []
-    why = []
-    if kind == "efa":
-        dirs += list(facts.libdirs)
-        if facts.plugin_path:
-            dirs.append(os.path.dirname(facts.plugin_path))
-        why.append("EFA's libfabric and Open MPI%s" % (" and the aws-ofi-nccl plugin"
-                                                      if facts.plugin_path else ""))
-        if facts.plugin_ofi_only:
-            env.set("NCCL_NET_PLUGIN", "ofi", "the plugin ships libnccl-net-ofi.so without the "
-                    "libnccl-net.so name NCCL looks for", "EFA installer 1.42.0 release notes "
-                    "(aws-ofi-nccl 1.15 renamed its library)")
-        if facts.accelerator == "gpu" and not facts.plugin_path:
-            plan.notes.append("no aws-ofi-nccl plugin found: NCCL cannot use EFA")
-    if facts.accelerator == "hpu" and kind == "efa":
-        if facts.hccl_wrapper:
-            dirs.insert(0, os.path.dirname(facts.hccl_wrapper))
-            why.insert(0, "Habana's hccl_ofi_wrapper")
-        else:
-            plan.notes.append("no libhccl_ofi_wrapper.so found: HCCL cannot use EFA (the "
-                              "hccl-ofi-wrapper layer installs it)")
-    unique = []
-    for d in dirs:
-        if d not in unique:
-            unique.append(d)
-    if unique:
-        env.set("LD_LIBRARY_PATH", ":".join(unique), " and ".join(why) + " (appended to yours)",
-                envtable.HCCL_WRAPPER if facts.hccl_wrapper and kind == "efa" else "")
-
-
-def _merge(user_env, env):
-    """The command's environment: the user's, plus ours where the user has no value (their
-    values win; ``LD_LIBRARY_PATH``: theirs first, ours appended; ``MNP_*`` are always ours)."""
-    full = dict(user_env)
-    kept = []
-    for entry in env.entries:
-        name, value = entry["name"], entry["value"]
-        if name == "LD_LIBRARY_PATH":
-            current = [p for p in full.get(name, "").split(":") if p]
-            extra = [p for p in value.split(":") if p and p not in current]
-            full[name] = ":".join(current + extra)
-            continue
-        if name in user_env and not name.startswith("MNP_"):
-            if user_env[name] != value:
-                kept.append("%s=%s (ours: %s)" % (name, user_env[name], value))
-            continue
-        full[name] = value
-    return full, kept
-
-
 def _argv(plan, cfg, facts, unit_name, command, env, user_env, table, np, count, master,
           hostfile_path, mca_flags, exports, launcher_args):
     bins = facts.binaries
@@ -567,17 +452,17 @@ def _argv(plan, cfg, facts, unit_name, command, env, user_env, table, np, count,
         mpirun = bins.get("mpirun")
         if not mpirun:
             plan.problems.append("mpirun not found on PATH: install Open MPI or set MNP_LAUNCHER")
-        return launch.mpirun_argv(mpirun or "mpirun", command, env, np, hostfile_path,
-                                  mca_flags, exports, launcher_args, facts.is_root)
-    problem = launchers.pytorch_problem(unit_name, bins, facts.versions.get("pytorch"))
+        return launchers.mpirun.argv(mpirun or "mpirun", command, env, np, hostfile_path,
+                                     mca_flags, exports, launcher_args, facts.is_root)
+    problem = launchers.torchrun.pytorch_problem(unit_name, bins, facts.versions.get("pytorch"))
     if problem:
         plan.problems.append(problem)
     if unit_name == "torchrun":
-        prefix = launchers.torchrun_prefix(bins)
-        return launch.torchrun_argv(prefix, command, len(table), cfg.node_index, count, master,
-                                    cfg.master_port, cfg.launcher_args)
+        prefix = launchers.torchrun.prefix(bins)
+        return launchers.torchrun.argv(prefix, command, len(table), cfg.node_index, count,
+                                       master, cfg.master_port, cfg.launcher_args)
     if unit_name == "torch.distributed.launch":
-        argv, problem = launchers.distributed_launch_argv(
+        argv, problem = launchers.distributed_launch.argv(
             command, len(table), cfg.node_index, count, master, cfg.master_port,
             cfg.launcher_args)
         if problem:
@@ -586,7 +471,7 @@ def _argv(plan, cfg, facts, unit_name, command, env, user_env, table, np, count,
     if unit_name == "deepspeed":
         return _deepspeed(plan, cfg, facts, command, env, user_env, master, hostfile_path,
                           exports, launcher_args)
-    return list(command)
+    return launchers.none.argv(command)
 
 
 def _deepspeed_runner(cfg, facts):
@@ -621,7 +506,7 @@ def _deepspeed(plan, cfg, facts, command, env, user_env, master, hostfile_path, 
         # the MPI parameters are OMPI_MCA_* variables (see _mpi_params): none on this line, so
         # none can clash with the two the runner puts on its own
         args = (["--allow-run-as-root"] if facts.is_root else []) + args
-    target, via = launchers.deepspeed_env_target(facts.versions.get("deepspeed"), cfg.state_dir,
+    target, via = launchers.deepspeed.env_target(facts.versions.get("deepspeed"), cfg.state_dir,
                                                  facts.home, user_env)
     plan.launcher["env_propagation"] = via
     if target:
@@ -637,5 +522,5 @@ def _deepspeed(plan, cfg, facts, command, env, user_env, master, hostfile_path, 
             env["DS_ENV_FILE"] = target
     prefix = ["deepspeed"] if bins.get("deepspeed") else ["python3", "-m",
                                                           "deepspeed.launcher.runner"]
-    return launch.deepspeed_argv(prefix, command, hostfile_path, runner, master, cfg.master_port,
-                                 " ".join(shlex.quote(a) for a in args))
+    return launchers.deepspeed.argv(prefix, command, hostfile_path, runner, master,
+                                    cfg.master_port, " ".join(shlex.quote(a) for a in args))

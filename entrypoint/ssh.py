@@ -181,8 +181,8 @@ def prepare_server(paths, port, user, comment):
 # Variables whose value belongs to this node's container, not the main node's: ECS issues the
 # task role's credentials id and the metadata URIs per task, and every Batch MNP node is its own
 # task. Ranks started over SSH get this node's values from its sshd (``environment=`` options on
-# the job's key), never the main node's (``launch.NODE_SPECIFIC`` keeps them out of mpirun -x and
-# DeepSpeed's env file).
+# the job's key), never the main node's (``launchers.base.NODE_SPECIFIC`` keeps them out of
+# mpirun -x and DeepSpeed's env file).
 NODE_SSH_ENV = ("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
                 "AWS_CONTAINER_AUTHORIZATION_TOKEN", "ECS_CONTAINER_METADATA_URI",
                 "ECS_CONTAINER_METADATA_URI_V4")

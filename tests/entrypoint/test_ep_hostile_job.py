@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import netaddr, rendezvous
+from entrypoint import rendezvous
 from tests.entrypoint.test_ep_hostile import PACKETS, WRONG, connect, mutate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,12 +31,6 @@ FAKE_TORCHRUN = """#!/bin/sh
 echo "$MNP_NODE_INDEX $*" > "$FAKE_OUT/node$MNP_NODE_INDEX"
 exit 0
 """
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_for_port(port, proc, limit=30.0):
@@ -52,29 +46,19 @@ def wait_for_port(port, proc, limit=30.0):
     return False
 
 
-def start_main(tmp_path, port, secret):
-    try:
-        netaddr.choose(None)
-    except netaddr.AddressError:
-        pytest.skip("no usable non-loopback address on this host (the main node needs one)")
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "torchrun").write_text(FAKE_TORCHRUN)
-    (bindir / "torchrun").chmod(0o755)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AWS_BATCH_", "MNP_", "OMPI_", "NCCL_"))}
-    env.update(PYTHONPATH=str(ROOT), AWS_BATCH_JOB_NODE_INDEX="0",
-               AWS_BATCH_JOB_MAIN_NODE_INDEX="0", AWS_BATCH_JOB_NUM_NODES="3",
-               AWS_BATCH_JOB_ID="job-9", MNP_LAUNCHER="torchrun",
-               MNP_RENDEZVOUS_PORT=str(port), MNP_MASTER_PORT=str(free_port()),
+def start_main(local_node, tmp_path, port, secret):
+    local_node.address()  # the main node needs a non-loopback address: skip without one
+    bindir = local_node.fake_program("torchrun", FAKE_TORCHRUN)
+    env = dict(AWS_BATCH_JOB_NODE_INDEX="0", AWS_BATCH_JOB_MAIN_NODE_INDEX="0",
+               AWS_BATCH_JOB_NUM_NODES="3", AWS_BATCH_JOB_ID="job-9", MNP_LAUNCHER="torchrun",
+               MNP_RENDEZVOUS_PORT=str(port), MNP_MASTER_PORT=str(local_node.free_port()),
                MNP_HEARTBEAT_TIMEOUT="4", MNP_WAIT_TIMEOUT="40",
                MNP_STATE_DIR=str(tmp_path / "state"), FAKE_OUT=str(tmp_path),
                PATH=f"{bindir}:{os.environ['PATH']}")
     if secret:
         env["MNP_SECRET"] = secret
     log = open(tmp_path / "main.log", "w+")  # noqa: SIM115 (the test reads and closes it)
-    proc = subprocess.Popen([sys.executable, "-m", "entrypoint", "python3", "train.py"],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = local_node.start(["python3", "train.py"], stdout=log, **env)
     return proc, log
 
 
@@ -137,9 +121,9 @@ def attack(port, secret, frames=300, seconds=6.0):
 
 
 @pytest.mark.parametrize("secret", [SECRET, None], ids=["secret", "no-secret"])
-def test_main_node_survives_attack_and_the_job_succeeds(tmp_path, secret):
-    port = free_port()
-    main, log = start_main(tmp_path, port, secret)
+def test_main_node_survives_attack_and_the_job_succeeds(local_node, tmp_path, secret):
+    port = local_node.free_port()
+    main, log = start_main(local_node, tmp_path, port, secret)
     idle = []
     try:
         assert wait_for_port(port, main), "main node did not listen"
@@ -152,12 +136,9 @@ def test_main_node_survives_attack_and_the_job_succeeds(tmp_path, secret):
         code = main.wait(60)
         for child in children:
             child.join(20)
-    finally:
+    finally:  # local_node stops the main node if it is still running
         for sock in idle:
             sock.close()
-        if main.poll() is None:
-            main.kill()
-            main.wait()
         log.seek(0)
         out = log.read()
         log.close()

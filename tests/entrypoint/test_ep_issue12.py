@@ -3,11 +3,10 @@ merged once, the job's environment for every rank, and the Low items. Each test 
 defect it pins; the process tests run the real entrypoint as a process."""
 
 import ast
+import functools
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -193,18 +192,11 @@ def test_small_shm_and_memlock_on_a_gpu_node_are_named():
 
 # -- Low: bounds and bad values: one line, exit 2, no hang ----------------------------------------
 
-def clean_env(**extra):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AWS_BATCH_", "MNP_", "OMPI_", "NCCL_"))}
-    env["PYTHONPATH"] = str(ROOT)
-    env.update(extra)
-    return env
-
-
-def run(args, timeout=20, env=None, **extra):
-    return subprocess.run([sys.executable, "-m", "entrypoint"] + list(args),
-                          env=env if env is not None else clean_env(**extra),
-                          capture_output=True, timeout=timeout)
+@pytest.fixture
+def run(local_node):
+    """The entrypoint run to its end on this host, its output as bytes (some tests feed it bytes
+    that are not UTF-8)."""
+    return functools.partial(local_node.run, timeout=20, text=False)
 
 
 def one_error_line(result, variable):
@@ -216,7 +208,7 @@ def one_error_line(result, variable):
     return errors[0]
 
 
-def test_a_huge_node_count_is_refused_at_once():
+def test_a_huge_node_count_is_refused_at_once(run):
     start = time.monotonic()
     result = run(["true"], MNP_DRY_RUN="1", AWS_BATCH_JOB_NUM_NODES="10000000",
                  AWS_BATCH_JOB_NODE_INDEX="0", AWS_BATCH_JOB_MAIN_NODE_INDEX="0")
@@ -228,11 +220,11 @@ def test_a_huge_node_count_is_refused_at_once():
     ("MNP_HEARTBEAT_TIMEOUT", "0.05"), ("MNP_WAIT_TIMEOUT", "1e12"), ("MNP_NP", "10" * 10),
     ("MNP_STATE_DIR", "/tmp/with space"), ("MNP_STATE_DIR", "/tmp/100%"),
 ])
-def test_numbers_and_paths_out_of_bounds(name, value):
+def test_numbers_and_paths_out_of_bounds(run, name, value):
     one_error_line(run(["true"], **{name: value}), name)
 
 
-def test_secret_file_fifo_devzero_and_newline_name(tmp_path):
+def test_secret_file_fifo_devzero_and_newline_name(run, tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(str(fifo))
     for path in (str(fifo), "/dev/zero", str(tmp_path / "a\nb")):
@@ -244,18 +236,24 @@ def test_secret_file_fifo_devzero_and_newline_name(tmp_path):
     one_error_line(run(["true"], MNP_SECRET_FILE=str(big)), "MNP_SECRET_FILE")
 
 
-def bytes_env(**extra):
-    env = {k.encode(): v.encode() for k, v in clean_env().items()}
-    env.update(extra)
-    return env
+@pytest.fixture
+def bytes_env(local_node):
+    """A clean environment for the entrypoint, names and values as bytes."""
+
+    def make(**extra):
+        env = {k.encode(): v.encode() for k, v in local_node.env().items()}
+        env.update(extra)
+        return env
+
+    return make
 
 
-def test_secret_with_bytes_that_are_not_utf8_is_one_line():
+def test_secret_with_bytes_that_are_not_utf8_is_one_line(run, bytes_env):
     one_error_line(run(["true"], env=bytes_env(**{"MNP_SECRET": b"\xff\xfe"})), "MNP_SECRET")
 
 
 @pytest.mark.parametrize("encoding", ["ascii", "utf-8"])
-def test_dry_run_survives_environment_bytes_that_are_not_utf8(encoding):
+def test_dry_run_survives_environment_bytes_that_are_not_utf8(run, bytes_env, encoding):
     """Python 3.6 in the C locale writes stdout as strict ASCII; PYTHONIOENCODING reproduces
     that on any Python: the old dry run died with UnicodeEncodeError."""
     env = bytes_env(MNP_DRY_RUN=b"1", PYTHONIOENCODING=encoding.encode(),
@@ -277,15 +275,11 @@ exit 1
 
 
 @pytest.fixture
-def fake_probe(tmp_path):
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
-    (bindir / "nvidia-smi").chmod(0o755)
-    return bindir
+def fake_probe(local_node):
+    return local_node.fake_program("nvidia-smi", FAKE_NVIDIA_SMI)
 
 
-def test_probe_tools_never_see_the_secret(tmp_path, fake_probe):
+def test_probe_tools_never_see_the_secret(run, tmp_path, fake_probe):
     result = run(["sh", "-c", f"env > {tmp_path}/cmd_env"], MNP_SECRET="topsecret-123",
                  PROBE_OUT=str(tmp_path), PATH=f"{fake_probe}:{os.environ['PATH']}")
     assert result.returncode == 0, result.stderr
@@ -304,12 +298,10 @@ def test_main_drops_the_secret_from_its_own_environment(monkeypatch):
     assert "MNP_SECRET" not in os.environ
 
 
-def test_sigterm_while_probing_ends_the_run_with_143(tmp_path, fake_probe):
+def test_sigterm_while_probing_ends_the_run_with_143(local_node, tmp_path, fake_probe):
     marker = tmp_path / "job-ran"
-    proc = subprocess.Popen([sys.executable, "-m", "entrypoint", "touch", str(marker)],
-                            env=clean_env(PROBE_OUT=str(tmp_path), PROBE_SLEEP="30",
-                                          PATH=f"{fake_probe}:{os.environ['PATH']}"),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = local_node.start(["touch", str(marker)], text=False, PROBE_OUT=str(tmp_path),
+                            PROBE_SLEEP="30", PATH=f"{fake_probe}:{os.environ['PATH']}")
     deadline = time.monotonic() + 20
     while not (tmp_path / "started").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -322,30 +314,22 @@ def test_sigterm_while_probing_ends_the_run_with_143(tmp_path, fake_probe):
     assert not marker.exists()
 
 
-def test_child_stops_promptly_when_the_main_node_accepts_and_stays_silent(tmp_path):
-    from entrypoint import netaddr
-    try:
-        address = netaddr.choose(None).address
-    except netaddr.AddressError:
-        pytest.skip("no usable non-loopback address on this host")
+def test_child_stops_promptly_when_the_main_node_accepts_and_stays_silent(local_node, tmp_path):
+    address = local_node.address()
     # a torchrun program on PATH: without PyTorch the plan stops the child before it connects
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "torchrun").write_text("#!/bin/sh\nexit 0\n")
-    (bindir / "torchrun").chmod(0o755)
+    bindir = local_node.fake_program("torchrun", "#!/bin/sh\nexit 0\n")
     silent = socket.socket()
     silent.bind(("0.0.0.0", 0))
     silent.listen(5)
     try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "entrypoint", "true"],
-            env=clean_env(AWS_BATCH_JOB_NODE_INDEX="1", AWS_BATCH_JOB_MAIN_NODE_INDEX="0",
-                          AWS_BATCH_JOB_NUM_NODES="2", MNP_LAUNCHER="torchrun",
-                          PATH=f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-                          AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS=address,
-                          MNP_RENDEZVOUS_PORT=str(silent.getsockname()[1]),
-                          MNP_STATE_DIR=str(tmp_path / "state")),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        proc = local_node.start(
+            ["true"], text=False,
+            AWS_BATCH_JOB_NODE_INDEX="1", AWS_BATCH_JOB_MAIN_NODE_INDEX="0",
+            AWS_BATCH_JOB_NUM_NODES="2", MNP_LAUNCHER="torchrun",
+            PATH=f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS=address,
+            MNP_RENDEZVOUS_PORT=str(silent.getsockname()[1]),
+            MNP_STATE_DIR=str(tmp_path / "state"))
         conn, _ = silent.accept()  # accepted; never a byte back
         time.sleep(0.5)
         start = time.monotonic()
@@ -363,7 +347,7 @@ def test_child_stops_promptly_when_the_main_node_accepts_and_stays_silent(tmp_pa
 def test_no_wall_clock_timeouts_in_the_entrypoint():
     """``time.time()`` only where an epoch deadline from a caller is converted once."""
     calls = []
-    for path in sorted((ROOT / "entrypoint").glob("*.py")):
+    for path in sorted((ROOT / "entrypoint").rglob("*.py")):
         for item in ast.walk(ast.parse(path.read_text())):
             if isinstance(item, ast.Call) and isinstance(item.func, ast.Attribute) and \
                     item.func.attr == "time" and getattr(item.func.value, "id", "") == "time":

@@ -2,7 +2,7 @@
 
 import pytest
 
-from entrypoint import launch
+from entrypoint import launchers as launch
 
 ENV = {"PATH": "/usr/bin", "LD_LIBRARY_PATH": "/x", "NCCL_DEBUG": "INFO", "FI_PROVIDER": "efa",
        "OFI_NCCL_X": "1", "HOME": "/root", "WANDB_API_KEY": "k", "HF_HOME": "/h", "HF_TOKEN": "t",

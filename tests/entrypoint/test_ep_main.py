@@ -7,37 +7,21 @@ integration tests)."""
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from entrypoint import netaddr
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def clean_env(**extra):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AWS_BATCH_", "MNP_", "OMPI_", "NCCL_"))}
-    env["PYTHONPATH"] = str(ROOT)
-    env.update(extra)
-    return env
+@pytest.fixture
+def run(local_node):
+    """The entrypoint run to its end on this host (text output)."""
+    return local_node.run
 
 
-def run(args, timeout=60, **extra):
-    return subprocess.run([sys.executable, "-m", "entrypoint"] + list(args),
-                          env=clean_env(**extra), capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def start(args, **extra):
-    return subprocess.Popen([sys.executable, "-m", "entrypoint"] + list(args),
-                            env=clean_env(**extra), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, universal_newlines=True)
+@pytest.fixture
+def start(local_node):
+    """The entrypoint started on this host, stopped after the test."""
+    return local_node.start
 
 
 @pytest.mark.parametrize("env,variable", [
@@ -50,7 +34,7 @@ def start(args, **extra):
       "AWS_BATCH_JOB_NUM_NODES": "2"}, "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"),
     ({"MNP_NETWORK_INTERFACE": "nosuchif0"}, "MNP_NETWORK_INTERFACE"),
 ])
-def test_invalid_values_exit_2_with_one_line(env, variable):
+def test_invalid_values_exit_2_with_one_line(run, env, variable):
     result = run(["true"], **env)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
@@ -58,24 +42,24 @@ def test_invalid_values_exit_2_with_one_line(env, variable):
     assert len(errors) == 1 and variable in errors[0]
 
 
-def test_no_command_is_a_usage_error():
+def test_no_command_is_a_usage_error(run):
     result = run([])
     assert result.returncode == 2
     assert "no command" in result.stderr
 
 
-def test_single_node_runs_the_command_and_keeps_its_exit_code():
+def test_single_node_runs_the_command_and_keeps_its_exit_code(run):
     assert run(["sh", "-c", "exit 3"]).returncode == 3
     assert run(["sh", "-c", "kill -KILL $$"]).returncode == 137
     result = run(["sh", "-c", "echo hello"])
     assert result.returncode == 0 and result.stdout == "hello\n"
 
 
-def test_missing_program_is_127():
+def test_missing_program_is_127(run):
     assert run(["/nonexistent/program"]).returncode == 127
 
 
-def test_sigterm_is_forwarded_and_exit_is_143():
+def test_sigterm_is_forwarded_and_exit_is_143(start):
     proc = start(["sh", "-c", "trap 'echo got-term; exit 0' TERM; sleep 30 & wait"])
     time.sleep(1.0)
     proc.send_signal(signal.SIGTERM)
@@ -84,7 +68,7 @@ def test_sigterm_is_forwarded_and_exit_is_143():
     assert "got-term" in out
 
 
-def test_single_node_mpirun_dry_run_with_slots(tmp_path):
+def test_single_node_mpirun_dry_run_with_slots(run, tmp_path):
     result = run(["python3", "train.py"], MNP_DRY_RUN="1", MNP_SLOTS_PER_NODE="4",
                  MNP_STATE_DIR=str(tmp_path / "state"))
     assert result.returncode == 0, result.stderr
@@ -97,7 +81,7 @@ BATCH = {"AWS_BATCH_JOB_MAIN_NODE_INDEX": "0", "AWS_BATCH_JOB_NUM_NODES": "3",
          "AWS_BATCH_JOB_ID": "job-42"}
 
 
-def test_dry_run_on_main_node_prints_a_complete_plan(tmp_path):
+def test_dry_run_on_main_node_prints_a_complete_plan(run, tmp_path):
     result = run(["python3", "train.py", "--lr", "0.1"], MNP_DRY_RUN="1",
                  AWS_BATCH_JOB_NODE_INDEX="0", MNP_SECRET="topsecret",
                  MNP_STATE_DIR=str(tmp_path), **BATCH)
@@ -112,7 +96,7 @@ def test_dry_run_on_main_node_prints_a_complete_plan(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_dry_run_on_child_node_prints_a_complete_plan():
+def test_dry_run_on_child_node_prints_a_complete_plan(run):
     result = run(["python3", "train.py"], MNP_DRY_RUN="1", AWS_BATCH_JOB_NODE_INDEX="2",
                  AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS="10.1.2.3", **BATCH)
     assert result.returncode == 0, result.stderr
@@ -132,7 +116,7 @@ def bare_path(tmp_path):
     return str(empty)
 
 
-def test_fault5_dry_run_without_mpirun_is_a_plan_with_a_problem_line(tmp_path):
+def test_fault5_dry_run_without_mpirun_is_a_plan_with_a_problem_line(run, tmp_path):
     result = run(["python3", "train.py"], MNP_DRY_RUN="1", AWS_BATCH_JOB_NODE_INDEX="0",
                  PATH=bare_path(tmp_path), MNP_STATE_DIR=str(tmp_path / "state"), **BATCH)
     assert result.returncode == 0, result.stderr
@@ -145,7 +129,7 @@ def test_fault5_dry_run_without_mpirun_is_a_plan_with_a_problem_line(tmp_path):
     assert "error: mpirun not found on PATH" in real.stderr
 
 
-def test_json_dry_run(tmp_path):
+def test_json_dry_run(run, tmp_path):
     result = run(["python3", "train.py"], MNP_DRY_RUN="json", AWS_BATCH_JOB_NODE_INDEX="0",
                  PATH=bare_path(tmp_path), MNP_SECRET="topsecret", **BATCH)
     assert result.returncode == 0, result.stderr
@@ -161,11 +145,8 @@ printf '%s\n' "$0" "$@" > "$FAKE_OUT"
 """
 
 
-def test_the_run_executes_exactly_the_dry_run_plan(tmp_path):
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "mpirun").write_text(FAKE_MPIRUN)
-    (bindir / "mpirun").chmod(0o755)
+def test_the_run_executes_exactly_the_dry_run_plan(run, local_node, tmp_path):
+    bindir = local_node.fake_program("mpirun", FAKE_MPIRUN)
     settings = dict(MNP_SLOTS_PER_NODE="3", MNP_STATE_DIR=str(tmp_path / "state"),
                     PATH=f"{bindir}:/usr/bin:/bin", FAKE_OUT=str(tmp_path / "argv"))
     dry = run(["python3", "train.py", "--x"], MNP_DRY_RUN="json", **settings)
@@ -187,28 +168,13 @@ exit 0
 """
 
 
-def free_port():
-    sock = socket.socket()
-    sock.bind(("0.0.0.0", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return port
-
-
 @pytest.fixture
-def job(tmp_path):
-    try:
-        main_addr = netaddr.choose(None).address
-    except netaddr.AddressError:
-        pytest.skip("no usable non-loopback address on this host")
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "torchrun").write_text(FAKE_TORCHRUN)
-    (bindir / "torchrun").chmod(0o755)
+def job(local_node, tmp_path):
+    main_addr = local_node.address()
+    bindir = local_node.fake_program("torchrun", FAKE_TORCHRUN)
     outdir = tmp_path / "out"
     outdir.mkdir()
-    port, master_port = free_port(), free_port()
-    procs = []
+    port, master_port = local_node.free_port(), local_node.free_port()
 
     def node(index, num=3, **extra):
         env = dict(AWS_BATCH_JOB_NODE_INDEX=str(index), AWS_BATCH_JOB_MAIN_NODE_INDEX="0",
@@ -220,22 +186,11 @@ def job(tmp_path):
         if index != 0:
             env["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = main_addr
         env.update(extra)
-        proc = start(["python3", "train.py", "--epochs", "1"], **env)
-        procs.append(proc)
-        return proc
+        return local_node.start(["python3", "train.py", "--epochs", "1"], **env)
 
     node.main_addr = main_addr
     node.outdir = outdir
-    yield node
-    for proc in procs:  # SIGTERM first: a SIGKILLed entrypoint leaves its launcher behind
-        if proc.poll() is None:
-            proc.terminate()
-    for proc in procs:
-        try:
-            proc.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
+    return node
 
 
 def finish(proc, timeout=60):

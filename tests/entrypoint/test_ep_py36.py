@@ -23,7 +23,7 @@ def test_minimum_version_is_3_6_or_lower():
 
 def imported_modules():
     found = set()
-    for path in PACKAGE.glob("*.py"):
+    for path in PACKAGE.rglob("*.py"):
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -46,5 +46,5 @@ def test_no_modules_added_after_3_6():
 
 
 def test_compiles_with_36_grammar():
-    for path in PACKAGE.glob("*.py"):
+    for path in PACKAGE.rglob("*.py"):
         ast.parse(path.read_text(), str(path), feature_version=(3, 6))

@@ -1,0 +1,103 @@
+"""The launcher units' shared base: the ``Unit`` record, the user's command, what every rank gets.
+
+A launcher unit is one module of this package: its ``UNIT`` (whether it needs SSH, what children
+do, how the environment reaches other nodes' ranks, the program the plan looks for), its
+``SOURCE`` and its ``argv`` builder.
+
+The container command is the user's program as they would hand it to the launcher:
+``python3 train.py args``, ``train.py args``, ``python3 -m pkg.train args`` or any executable.
+"""
+
+import os
+import re
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..ssh import NODE_SSH_ENV
+
+PYTHON_RE = re.compile(r"^python(\d+(\.\d+)*)?$")
+NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# Not passed from the main node to the other nodes' ranks: what differs per node or container,
+# what the shell or SSH sets per session, and the entrypoint's own secrets. Everything else of the
+# job's environment goes to every rank. (Batch sets AWS_BATCH_JOB_ID as <job id>#<node index>,
+# the node index and the main address per node; ECS sets the metadata URIs and
+# NVIDIA_VISIBLE_DEVICES per container.)
+NODE_SPECIFIC = (
+    "HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_",
+    "AWS_BATCH_JOB_ID", "AWS_BATCH_JOB_NODE_INDEX", "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS",
+    "NVIDIA_VISIBLE_DEVICES",
+    "MNP_NODE_INDEX", "MNP_NODE_ADDRESS", "MNP_SECRET", "MNP_SECRET_FILE", "MNP_DRY_RUN",
+    "SSH_AUTH_SOCK", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY",
+    "PDSH_SSH_ARGS_APPEND",  # the main node's pdsh settings, not a rank's
+) + NODE_SSH_ENV  # per ECS task: each node's sshd gives its own to the ranks it starts
+# Open MPI's and PMIx's own per-process variables; OMPI_MCA_* reach the ranks through mpirun.
+NODE_SPECIFIC_PREFIXES = ("OMPI_", "PMIX_")
+
+
+class Unit(object):
+    """One launcher: what it needs, what it does on children, how it passes the environment."""
+
+    def __init__(self, name: str, needs_ssh: bool, on_children: str, env_propagation: str,
+                 binary: Optional[str], source: str) -> None:
+        self.name = name
+        self.needs_ssh = needs_ssh
+        self.on_children = on_children
+        self.env_propagation = env_propagation
+        self.binary = binary  # the program the plan looks for on PATH, or None
+        self.source = source
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"name": self.name, "needs_ssh": self.needs_ssh, "on_children": self.on_children,
+                "env_propagation": self.env_propagation, "binary": self.binary,
+                "source": self.source}
+
+
+def is_python(arg: str) -> bool:
+    return bool(PYTHON_RE.match(os.path.basename(arg)))
+
+
+def node_specific(name: str) -> bool:
+    return name in NODE_SPECIFIC or name.startswith(NODE_SPECIFIC_PREFIXES)
+
+
+def export_names(env: Dict[str, str], patterns: Sequence[str] = ()) -> List[str]:
+    """The variable names to pass to every rank (``mpirun -x``, DeepSpeed's env file), sorted:
+    every name of ``env`` that is not node-specific, plus ``MNP_EXPORT_ENV``'s names or
+    ``PREFIX*`` patterns (which may name node-specific ones on purpose). Names that are not
+    identifiers (bash's exported functions) cannot be passed and are left out."""
+    names = set(n for n in env if NAME_RE.match(n) and not node_specific(n))
+    for pattern in patterns:
+        if pattern.endswith("*"):
+            names.update(n for n in env if n.startswith(pattern[:-1]) and NAME_RE.match(n))
+        elif pattern in env:
+            names.add(pattern)
+    names.discard("MNP_SECRET")
+    names.discard("MNP_SECRET_FILE")
+    return sorted(names)
+
+
+def python_program(command: Sequence[str]) -> List[str]:
+    """``command`` with ``python3`` in front when it starts with a ``.py`` file (for mpirun)."""
+    if command and command[0].endswith(".py") and not is_python(command[0]):
+        return ["python3"] + list(command)
+    return list(command)
+
+
+def split_program(command: Sequence[str]) -> Tuple[str, List[str]]:
+    """Classify the user's command for python launchers (torchrun, deepspeed).
+
+    Returns ``(kind, rest)``: ``("script", [script, args...])`` for ``train.py args`` or
+    ``python3 train.py args``; ``("module", [module, args...])`` for ``python3 -m mod args``;
+    ``("exec", command)`` for anything else (run as is, e.g. ``python3 -u train.py``)."""
+    command = list(command)
+    if not command:
+        return "exec", command
+    if is_python(command[0]) and len(command) > 1:
+        if command[1] == "-m" and len(command) > 2:
+            return "module", command[2:]
+        if not command[1].startswith("-"):
+            return "script", command[1:]
+        return "exec", command
+    if command[0].endswith(".py"):
+        return "script", command
+    return "exec", command

@@ -1,0 +1,134 @@
+"""The packages' shape: no import cycle, imports go down the pipeline, no module over 600 lines.
+
+Read with the standard library's ``ast`` (nothing is imported), so an import inside a function,
+the kind that hid the old instance-table/loader cycle, counts like any other.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("matrix", "entrypoint")
+MAX_LINES = 600
+# matrix/'s rooms in pipeline order: a module may import its own room and the rooms before it.
+ROOMS = ("errors", "model", "image", "deploy", "cli")
+
+
+def module_files(package: str) -> dict[str, Path]:
+    """Dotted module name -> file, for every .py file of ``package``."""
+    files = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        files[".".join(parts)] = path
+    return files
+
+
+ALL = {name: path for package in PACKAGES for name, path in module_files(package).items()}
+
+
+def imported_modules(name: str, path: Path) -> set[str]:
+    """The project modules ``name`` imports, at module level or inside functions."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            # ``from pkg import mod`` imports the module pkg.mod when there is one
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in ALL else base
+                       for alias in node.names]
+        else:
+            continue
+        found.update(t for t in targets if t in ALL and t != name)
+    return found
+
+
+GRAPH = {name: imported_modules(name, path) for name, path in ALL.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle as a path of module names, or [] when there is none."""
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return []
+
+    for start in sorted(graph):
+        if start not in state and (cycle := visit(start)):
+            return cycle
+    return []
+
+
+def test_the_cycle_finder_sees_a_cycle():
+    """Guard for the checks below: a made-up a -> b -> a is found, a tree is not."""
+    assert find_cycle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_the_graph_sees_lazy_and_relative_imports():
+    """Imports inside functions count (matrix.cli.images imports the builder lazily)."""
+    assert "matrix.image.build" in GRAPH["matrix.cli.images"]
+    assert "matrix.model.schema" in GRAPH["matrix.model.instances"]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_import_cycle(package):
+    graph = {name: {t for t in targets if t.startswith(package)}
+             for name, targets in GRAPH.items() if name.startswith(package)}
+    assert find_cycle(graph) == []
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_every_matrix_module_lives_in_a_room():
+    """matrix/ holds only its __init__, errors.py and the rooms' subpackages."""
+    loose = [name for name in module_files("matrix") if room(name) not in ROOMS + ("__init__",)]
+    assert loose == []
+    assert {room(name) for name in module_files("matrix")} == set(ROOMS) | {"__init__"}
+
+
+def test_matrix_imports_only_go_down_the_pipeline():
+    uphill = []
+    for name, targets in GRAPH.items():
+        if not name.startswith("matrix.") or room(name) == "__init__":
+            continue
+        for target in targets:
+            if target.startswith("matrix") and ROOMS.index(room(target)) > ROOMS.index(room(name)):
+                uphill.append(f"{name} imports {target}")
+    assert uphill == []
+
+
+def test_the_entrypoint_imports_nothing_from_matrix():
+    """The entrypoint runs inside images, where matrix/ is not installed."""
+    assert [n for n, t in GRAPH.items() if n.startswith("entrypoint")
+            and any(x.startswith("matrix") for x in t)] == []
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_module_over_600_lines(package):
+    sizes = {name: len(path.read_text(encoding="utf-8").splitlines())
+             for name, path in module_files(package).items()}
+    assert {name: n for name, n in sizes.items() if n > MAX_LINES} == {}
