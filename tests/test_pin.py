@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from matrix.errors import UserError
-from matrix.image import ca
 from matrix.model import pin
 from matrix.model.loader import load_matrix
+from matrix.model.settings import CA_ENV_VARS
 
 ROOT = Path(__file__).resolve().parent.parent
 WHEEL_310 = b"fake wheel for cp310"
@@ -98,7 +98,7 @@ def running(tls) -> Iterator[Server]:
 @pytest.fixture
 def server(running, tls, monkeypatch) -> Server:
     """The loopback index, trusted the way pin trusts a proxy CA: through the environment."""
-    for variable in ca.ENV_VARS:
+    for variable in CA_ENV_VARS:
         monkeypatch.setenv(variable, str(tls[0]))
     return running
 
