@@ -15,19 +15,38 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_nvcc_11_7_cannot_target_hopper():
-    assert cuda_arch.cuda_archs("11.7.1", ["A100", "H100"]) == ["8.0"]
     assert cuda_arch.cuda_archs("11.8", ["A100", "H100"]) == ["8.0", "9.0"]
+    with pytest.raises(UserError, match=r"CUDA 11\.7\.1 cannot compile for the H100 GPU "
+                                        r"\(sm_90 needs CUDA 11\.8 or newer"):
+        cuda_arch.cuda_archs("11.7.1", ["A100", "H100"])
 
 
 def test_blackwell_needs_12_8_and_13_drops_volta():
-    assert cuda_arch.cuda_archs("12.6", ["H100", "B200"]) == ["9.0"]
     assert cuda_arch.cuda_archs("12.8", ["H100", "B200", "V100"]) == ["7.0", "9.0", "10.0"]
-    assert cuda_arch.cuda_archs("13.2.86", ["V100", "B200", "A10G"]) == ["8.6", "10.0"]
+    assert cuda_arch.cuda_archs("13.2.86", ["B200", "A10G"]) == ["8.6", "10.0"]
+    with pytest.raises(UserError, match="sm_100 needs CUDA 12.8 or newer"):
+        cuda_arch.cuda_archs("12.6", ["H100", "B200"])
 
 
-def test_no_cuda_or_no_gpu_means_no_archs():
+def test_a_gpu_the_cuda_cannot_target_is_an_error_not_an_omission():
+    """Issue 16 item 9: the V100 used to be dropped silently (no kernels for the hardware)."""
+    with pytest.raises(UserError) as info:
+        cuda_arch.cuda_archs("13.2.86", ["V100", "B200", "A10G"])
+    message = str(info.value)
+    assert "\n" not in message and "V100" in message and "CUDA 13.0 dropped sm_70" in message
+    assert "archive/13.0.0/cuda-toolkit-release-notes" in message
+
+
+def test_no_cuda_means_no_archs_and_cuda_without_a_gpu_is_an_error():
     assert cuda_arch.cuda_archs(None, ["H100"]) == []
-    assert cuda_arch.cuda_archs("13.2", []) == []
+    with pytest.raises(UserError, match="no GPU model to compile kernels for"):
+        cuda_arch.cuda_archs("13.2", [])
+
+
+def test_every_arch_source_cites_release_notes_by_url_and_section():
+    for cc, support in cuda_arch.ARCH_SUPPORT.items():
+        assert "https://docs.nvidia.com/cuda/archive/" in support.source, cc
+        assert "section" in support.source, cc
 
 
 def test_unknown_gpu_model_names_the_table():

@@ -230,11 +230,12 @@ def test_require_valid_raises_one_line():
 # --- rule classes over component facts ---------------------------------------------------------
 
 def fact_stack(layers: list[tuple[str, str, dict]], provides: dict[str, str] | None = None,
-               os: str = "ubuntu22.04", name: str = "s") -> Stack:
+               os: str = "ubuntu22.04", name: str = "s",
+               instances: tuple[str, ...] = ("c5n.18xlarge",)) -> Stack:
     """A stack whose layers carry the given facts (spec dicts as stacks.yaml writes them)."""
     base = Base(name="b", image="example/base:1", os=os, provides=provides or {})
     cvs = tuple(ComponentVersion(c, v, {"source": "download", **spec}) for c, v, spec in layers)
-    return Stack(name=name, description="test", base=base, layers=cvs, instances=("c5n.18xlarge",),
+    return Stack(name=name, description="test", base=base, layers=cvs, instances=instances,
                  fabric="tcp", where=f"stacks.yaml:{name}")
 
 
@@ -271,6 +272,10 @@ CLASS_CASES = {
                    {"python": "3.10.12"}),
         fact_stack([("pytorch", "2.0.1", _pin(tag="cp310-cp310-manylinux1_x86_64"))],
                    {"python": "3.11.2"}),
+    ),
+    "gpu-arch": (
+        fact_stack([], {"cuda": "11.7.1"}, instances=("p4d.24xlarge",)),
+        fact_stack([], {"cuda": "10.1.243"}, instances=("p4d.24xlarge",)),
     ),
 }
 
@@ -380,3 +385,141 @@ def test_aws_libfabric_versions_order(lower, higher):
 def test_rules_can_name_amzn_versions():
     assert not matches("1.22.0amzn3.0", ">=1.22.0amzn4.0")
     assert matches("2.1.0amzn3.0", ">=1.22.0amzn4.0")
+
+
+# --- issue 16 item 9: impossible stacks the rules used to let through -------------------------
+
+def _ids_of(stack: Stack) -> set[str]:
+    return {v.rule.id for v in check_stack(stack) if v.blocking}
+
+
+@pytest.mark.parametrize(("cuda", "instance", "gpu", "reason"), [
+    ("10.1.243", "p4d.24xlarge", "A100", "sm_80 needs CUDA 11.0 or newer"),
+    ("13.2.86", "p3dn.24xlarge", "V100", "CUDA 13.0 dropped sm_70"),
+    ("13.2.86", "p3.16xlarge", "V100", "CUDA 13.0 dropped sm_70"),
+    ("12.1.1", "p6-b200.48xlarge", "B200", "sm_100 needs CUDA 12.8 or newer"),
+    ("11.7.1", "p5.48xlarge", "H100", "sm_90 needs CUDA 11.8 or newer"),
+    ("11.0.3", "g5.48xlarge", "A10G", "sm_86 needs CUDA 11.1 or newer"),
+])
+def test_a_gpu_the_cuda_cannot_target_is_a_violation(cuda, instance, gpu, reason):
+    stack = fact_stack([], {"cuda": cuda}, instances=(instance,))
+    (violation,) = [v for v in check_stack(stack, (_class("gpu-arch"),))]
+    text = str(violation)
+    assert f"instance {instance} has {gpu} GPUs" in text and reason in text
+    assert "docs.nvidia.com/cuda/archive/" in text and "[rule gpu-arch;" in text
+
+
+def test_every_gpu_the_cuda_can_target_passes():
+    for instance, row in INSTANCE_TYPES.items():
+        if row.gpus and row.gpu_model:
+            assert check_stack(fact_stack([], {"cuda": "12.8.0"}, instances=(instance,)),
+                               (_class("gpu-arch"),)) == [], instance
+
+
+def retarget(tmp_path: Path, stack: str, instances: list[str], name: str,
+             drop: tuple[str, ...] = ()) -> Path:
+    """The project's stacks file plus a copy of ``stack`` aimed at other instances (and without
+    the ``drop`` layers)."""
+    data = yaml.safe_load((ROOT / "stacks.yaml").read_text(encoding="utf-8"))
+    clone = copy.deepcopy(data["stacks"][stack])
+    clone["instances"] = instances
+    clone["layers"] = [layer for layer in clone["layers"] if not set(layer) & set(drop)]
+    clone.pop("ci", None)
+    data["stacks"][name] = clone
+    path = tmp_path / "stacks.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def test_cuda10_1_on_p4d_is_rejected_before_rendering(tmp_path):
+    line = render_fails(tmp_path, retarget(tmp_path, "cuda10.1-tcp", ["p4d.24xlarge"], "old-p4d"))
+    assert "stack old-p4d: instance p4d.24xlarge has A100 GPUs" in line
+    assert "CUDA 10.1.243 cannot compile for: sm_80 needs CUDA 11.0 or newer" in line
+    assert "[rule gpu-arch;" in line and "archive/11.0/cuda-toolkit-release-notes" in line
+
+
+def test_cuda13_2_on_p3dn_is_a_rule_not_a_template_error(tmp_path):
+    """Issue 16 items 6 and 9: it used to pass the rules and crash in a template."""
+    line = render_fails(tmp_path, retarget(tmp_path, "cuda13.2-tcp", ["p3dn.24xlarge"], "v100"))
+    assert "stack v100: instance p3dn.24xlarge has V100 GPUs" in line
+    assert "CUDA 13.0 dropped sm_70" in line and "no element" not in line
+
+
+def test_planning_a_sibling_of_an_impossible_stack_fails_in_one_line(tmp_path):
+    """The family's GPUs decide what shared layers compile for: a sibling's V100 that CUDA 13
+    cannot target is named, not silently dropped."""
+    from matrix.model.cuda_arch import family_archs
+
+    matrix = load_matrix(retarget(tmp_path, "cuda13.2-tcp", ["p3.16xlarge"], "v100"))
+    with pytest.raises(UserError) as info:
+        family_archs(matrix, matrix.stack("cuda13.2-tcp"))
+    message = str(info.value)
+    assert "\n" not in message and "stack cuda13.2-tcp" in message
+    assert "instance p3.16xlarge (stack v100" in message and "CUDA 13.0 dropped sm_70" in message
+
+
+def test_cuda13_2_deepspeed_without_pytorch_is_rejected(tmp_path):
+    line = render_fails(tmp_path, retarget(tmp_path, "cuda13.2-tcp", ["g5.48xlarge"], "nopt",
+                                           drop=("pytorch", "nccl")))
+    assert "stack nopt: deepspeed 0.19.8 builds against pytorch, but neither the base" in line
+    assert "[rule build-requires;" in line and "DeepSpeed/blob/v0.19.8/setup.py" in line
+
+
+def test_nccl_tests_without_mpi_is_rejected():
+    matrix = load_matrix(ROOT / "stacks.yaml")
+    efa = matrix.stack("cuda13.2-efa")
+    no_mpi = replace(efa, layers=tuple(
+        replace(x, spec={**x.spec, "provides": {k: v for k, v in x.spec["provides"].items()
+                                                if k != "openmpi"}})
+        if x.component == "efa" else x for x in efa.layers))
+    messages = [str(v) for v in blocking_of(no_mpi)]
+    assert any("nccl-tests 2.17.6 builds against openmpi" in m for m in messages), messages
+
+
+def test_nccl_tests_before_mpi_is_rejected():
+    matrix = load_matrix(ROOT / "stacks.yaml")
+    efa = matrix.stack("cuda13.2-efa")
+    tests_layer = efa.layer("nccl-tests")
+    others = [x for x in efa.layers if x.component != "nccl-tests"]
+    early = replace(efa, layers=tuple(others[:3] + [tests_layer] + others[3:]))
+    ids = {v.rule.id for v in blocking_of(early)}
+    assert "build-requires" in ids
+    assert any("nccl-tests 2.17.6 builds against" in str(v) for v in blocking_of(early))
+
+
+def blocking_of(stack: Stack):
+    return [v for v in check_stack(stack) if v.blocking]
+
+
+def test_cuda13_2_facts_are_declared():
+    """Every cuda13.2 component carries the facts the rule classes read."""
+    matrix = load_matrix(ROOT / "stacks.yaml")
+    stack = matrix.stack("cuda13.2-efa")
+    facts = {x.component: x.spec for x in stack.layers}
+    assert {"pytorch", "python", "cuda"} <= set(facts["deepspeed"]["requires"])
+    assert {"cuda", "nccl", "openmpi"} <= set(facts["nccl-tests"]["requires"])
+    assert facts["nccl"]["requires"] and facts["nccl"]["cuda"]
+    assert facts["cuda"]["os"] == ["debian12"]
+    assert facts["pytorch"]["cuda"] == "==13.2.*" and facts["pytorch"]["header_cxx_std"] == 20
+    assert facts["pytorch"]["requires"] == ["python"]
+
+
+def test_cuda13_2_components_on_another_cuda_or_os_are_rejected():
+    matrix = load_matrix(ROOT / "stacks.yaml")
+    stack = matrix.stack("cuda13.2-tcp")
+    ubuntu = replace(stack, base=replace(stack.base, os="ubuntu22.04"))
+    assert any("cuda 13.2.86 supports debian12" in str(v) for v in blocking_of(ubuntu))
+    older = replace(stack, layers=tuple(
+        replace(x, spec={**x.spec, "provides": {"cuda": "12.8.0"}}) if x.component == "cuda" else x
+        for x in stack.layers))
+    found = " ".join(str(v) for v in blocking_of(older))
+    assert "pytorch 2.15.0 is built for CUDA ==13.2.*; the stack has CUDA 12.8.0" in found
+
+
+@pytest.mark.parametrize(("plugin", "cuda", "rejected"), [
+    ("1.7.1", "11.2.2", True), ("1.7.1", "11.3.0", False), ("1.7.2", "11.2.2", False),
+    ("1.7.0", "11.2.2", False),
+])
+def test_ofi_nccl_1_7_1_needs_cuda_11_3(plugin, cuda, rejected):
+    stack = make_stack({"aws-ofi-nccl": plugin}, provides={"cuda": cuda})
+    assert ("ofi-nccl-1.7.1-cuda-floor" in _ids_of(stack)) == rejected

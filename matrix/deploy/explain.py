@@ -26,7 +26,10 @@ from matrix.model.instances import INSTANCE_TYPES, InstanceType
 # launcher passes the environment on).
 DEEPSPEED_FORKS = {
     "deepspeed-habana": {
-        "1.6.0": ("0.6.1", "HabanaAI/DeepSpeed branch 1.6.0 (Habana's fork of DeepSpeed 0.6.1)"),
+        # The 1.6.0 branch was installed from HabanaAI/DeepSpeed in 2022; that history now lives
+        # in HabanaAI/deepspeed_old (stacks.yaml deepspeed-habana 1.6.0 archive_url).
+        "1.6.0": ("0.6.1", "HabanaAI/deepspeed_old commit 8385a1f, the 1.6.0 branch of Habana's "
+                           "fork of DeepSpeed 0.6.1"),
     },
 }
 # Where components put the files the plan looks for (as their Dockerfile.j2 install them).

@@ -4,8 +4,7 @@ its CUDA version's nvcc can target.
 Two tables, each with its source:
 
 * GPU model (``gpu_model`` in matrix/model/instances.yaml) -> compute capability, from NVIDIA's
-  "CUDA GPUs" page (https://developer.nvidia.com/cuda-gpus, "Compute Capability" tables:
-  data center products).
+  "CUDA GPUs" page (:data:`GPUS_PAGE`).
 * compute capability -> the first CUDA release whose nvcc targets it and the first release that
   dropped it, from the CUDA Toolkit release notes
   (https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/, "New Features" / "Deprecated or
@@ -50,16 +49,32 @@ class ArchSupport:
     source: str
 
 
-_NOTES = "CUDA Toolkit release notes"
+_NOTES = "https://docs.nvidia.com/cuda/archive/{}/cuda-toolkit-release-notes/index.html"
 ARCH_SUPPORT: dict[str, ArchSupport] = {
-    # Volta (sm_70): offline compilation for Maxwell, Pascal and Volta removed in CUDA 13.0.
-    "7.0": ArchSupport((9, 0), (13, 0), f"{_NOTES} 9.0 (Volta); 13.0 (Volta dropped)"),
-    "8.0": ArchSupport((11, 0), None, f"{_NOTES} 11.0 (NVIDIA Ampere GPU architecture, sm_80)"),
-    "8.6": ArchSupport((11, 1), None, f"{_NOTES} 11.1 (sm_86)"),
-    "8.9": ArchSupport((11, 8), None, f"{_NOTES} 11.8 (Ada Lovelace, sm_89)"),
-    "9.0": ArchSupport((11, 8), None, f"{_NOTES} 11.8 (Hopper, sm_90)"),
-    "10.0": ArchSupport((12, 8), None, f"{_NOTES} 12.8 (Blackwell, sm_100)"),
+    # Volta (sm_70): offline compilation for compute capability < 7.5 (Maxwell, Pascal, Volta)
+    # was removed in CUDA 13.0.
+    "7.0": ArchSupport((9, 0), (13, 0),
+                       f"{_NOTES.format('9.0')} section \"General CUDA\" (Volta, sm_70, from "
+                       f"CUDA 9.0); {_NOTES.format('13.0.0')} section \"Deprecated or Dropped "
+                       f"Features\" (offline compilation for architectures below sm_75 removed)"),
+    "8.0": ArchSupport((11, 0), None,
+                       f"{_NOTES.format('11.0')} section \"General CUDA\" (NVIDIA Ampere GPU "
+                       f"architecture, sm_80, from CUDA 11.0)"),
+    "8.6": ArchSupport((11, 1), None,
+                       f"{_NOTES.format('11.1.0')} section \"General CUDA\" (sm_86, GA10x, "
+                       f"from CUDA 11.1)"),
+    "8.9": ArchSupport((11, 8), None,
+                       f"{_NOTES.format('11.8.0')} section \"General CUDA\" (Ada sm_89 from "
+                       f"CUDA 11.8; earlier nvcc stops at sm_86)"),
+    "9.0": ArchSupport((11, 8), None,
+                       f"{_NOTES.format('11.8.0')} section \"General CUDA\" (Hopper sm_90 "
+                       f"from CUDA 11.8)"),
+    "10.0": ArchSupport((12, 8), None,
+                        f"{_NOTES.format('12.8.0')} section \"General CUDA\" (Blackwell "
+                        f"sm_100 from CUDA 12.8)"),
 }
+GPUS_PAGE = ("https://developer.nvidia.com/cuda-gpus (\"Compute Capability\" tables: data center "
+             "products)")
 
 
 def _release(cuda: str) -> tuple[int, int]:
@@ -67,30 +82,60 @@ def _release(cuda: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
+def _sm(cc: str) -> str:
+    return "sm_" + cc.replace(".", "")
+
+
 def supported(cc: str, cuda: str) -> bool:
     """Whether nvcc of CUDA release ``cuda`` (e.g. "11.7.1") compiles for ``cc``."""
+    return unsupported_reason(cc, cuda) is None
+
+
+def unsupported_reason(cc: str, cuda: str) -> str | None:
+    """Why CUDA release ``cuda`` cannot compile for ``cc`` (None when it can)."""
     support = ARCH_SUPPORT[cc]
     release = _release(cuda)
-    return support.first <= release and (support.dropped is None or release < support.dropped)
+    if release < support.first:
+        first = ".".join(map(str, support.first))
+        return f"{_sm(cc)} needs CUDA {first} or newer"
+    if support.dropped is not None and release >= support.dropped:
+        dropped = ".".join(map(str, support.dropped))
+        return f"CUDA {dropped} dropped {_sm(cc)}"
+    return None
+
+
+def compute_capability(model: str) -> str:
+    """The compute capability of a GPU model; an unknown model is an error (the table must grow
+    with the instance table)."""
+    cc = GPU_COMPUTE_CAPABILITY.get(model)
+    if cc is None:
+        raise UserError(f"matrix/model/cuda_arch.py: GPU model {model!r} has no compute capability "
+                        f"in GPU_COMPUTE_CAPABILITY (known: "
+                        f"{', '.join(sorted(GPU_COMPUTE_CAPABILITY))})")
+    return cc
 
 
 def cuda_archs(cuda: str | None, gpu_models: list[str]) -> list[str]:
-    """Compute capabilities to compile for, ascending: every GPU model's that ``cuda`` supports.
+    """Compute capabilities to compile for, ascending: one per GPU model.
 
-    An unknown GPU model is an error (the table must grow with the instance table); a GPU the
-    CUDA release cannot target is left out (its kernels would need a newer nvcc).
+    No CUDA means nothing to compile (an empty list). A CUDA release with no GPU to compile for,
+    or a GPU its nvcc cannot target, is an error: leaving the GPU out would build kernels for
+    none of the hardware the stack targets (the rule class ``gpu-arch`` in rules.yaml refuses
+    such stacks before anything renders).
     """
-    if not cuda or not gpu_models:
+    if not cuda:
         return []
+    if not gpu_models:
+        raise UserError(f"CUDA {cuda}: no GPU model to compile kernels for (a CUDA stack needs "
+                        f"an instance type with NVIDIA GPUs)")
     found = set()
     for model in gpu_models:
-        cc = GPU_COMPUTE_CAPABILITY.get(model)
-        if cc is None:
-            raise UserError(f"matrix/model/cuda_arch.py: GPU model {model!r} has no compute capability "
-                            f"in GPU_COMPUTE_CAPABILITY (known: "
-                            f"{', '.join(sorted(GPU_COMPUTE_CAPABILITY))})")
-        if supported(cc, cuda):
-            found.add(cc)
+        cc = compute_capability(model)
+        reason = unsupported_reason(cc, cuda)
+        if reason:
+            raise UserError(f"CUDA {cuda} cannot compile for the {model} GPU ({reason}; source: "
+                            f"{ARCH_SUPPORT[cc].source})")
+        found.add(cc)
     return sorted(found, key=lambda cc: tuple(map(int, cc.split("."))))
 
 
@@ -112,10 +157,32 @@ def _family(stack: Stack) -> tuple[str, str] | None:
 
 def family_archs(matrix: Matrix, stack: Stack) -> list[str]:
     """``cuda_archs`` of ``stack``: the GPUs of every stack in its family (same base, same
-    CUDA major.minor), so stacks that share CUDA layers share their compiled images too."""
+    CUDA major.minor), so stacks that share CUDA layers share their compiled images too.
+
+    A GPU of the family the CUDA release cannot target is an error naming the stack and
+    instance it comes from (one line), never a silent omission."""
     family = _family(stack)
     if family is None:
         return []
-    models = sorted({model for other in matrix.stacks.values() if _family(other) == family
-                     for instance in other.instances if (model := gpu_model(instance))})
-    return cuda_archs(stack_cuda(stack), models)
+    cuda = stack_cuda(stack)
+    models: dict[str, tuple[str, str]] = {}
+    for other in matrix.stacks.values():
+        if _family(other) != family:
+            continue
+        for instance in other.instances:
+            model = gpu_model(instance)
+            if model:
+                models.setdefault(model, (other.name, instance))
+    if not models:
+        raise UserError(f"{stack.where}: stack {stack.name}: CUDA {cuda}, but none of its "
+                        f"instance types ({', '.join(stack.instances)}) has an NVIDIA GPU to "
+                        f"compile kernels for")
+    for model, (owner, instance) in sorted(models.items()):
+        cc = compute_capability(model)
+        reason = unsupported_reason(cc, cuda)
+        if reason:
+            shared = "" if owner == stack.name else f" (stack {owner}, which shares its CUDA layers)"
+            raise UserError(f"{stack.where}: stack {stack.name}: CUDA {cuda} cannot compile for "
+                            f"instance {instance}{shared}: its {model} GPU is {_sm(cc)} and "
+                            f"{reason} [source: {ARCH_SUPPORT[cc].source}]")
+    return cuda_archs(cuda, sorted(models))

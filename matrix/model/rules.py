@@ -7,7 +7,8 @@ Two kinds of rule, both with their source:
   matching version, or its instances need a capability from the instance table;
 * rule classes (``classes:``): checks over the facts every component version carries in
   ``stacks.yaml`` (``requires``, ``os``, ``cuda``, ``cxx_std``/``header_cxx_std``, and each pip
-  pin's ``requires_python`` and wheel ``tag``), so whole classes of incompatibility are caught,
+  pin's ``requires_python`` and wheel ``tag``) and over the instance table (every target GPU
+  must be one the stack's CUDA can compile for), so whole classes of incompatibility are caught,
   not just the pairs someone wrote down.
 
 A violation names the stack, what needs what, what was found, the rule and its source (plus the
@@ -337,6 +338,29 @@ def check_wheel_tags(stack: Stack, rule: Rule) -> list[Violation]:
     return violations
 
 
+def check_gpu_arch(stack: Stack, rule: Rule) -> list[Violation]:
+    """Every target instance's GPU must be one the stack's CUDA release can compile for."""
+    from matrix.model import cuda_arch
+
+    cuda = cuda_arch.stack_cuda(stack)
+    if not cuda:
+        return []
+    violations = []
+    for instance in stack.instances:
+        model = cuda_arch.gpu_model(instance)
+        if not model:
+            continue  # no NVIDIA GPU: the pairwise rule cuda-stack-needs-gpu-instance speaks
+        cc = cuda_arch.compute_capability(model)
+        reason = cuda_arch.unsupported_reason(cc, cuda)
+        if reason:
+            detail = (f"instance {instance} has {model} GPUs (compute capability {cc}), which "
+                      f"CUDA {cuda} cannot compile for: {reason}")
+            violations.append(Violation(stack, rule, f"instance {instance}", "cuda", cuda,
+                                        (f"a CUDA release that targets {model}",), detail,
+                                        cuda_arch.ARCH_SUPPORT[cc].source))
+    return violations
+
+
 CLASS_CHECKS: dict[str, Callable[[Stack, Rule], list[Violation]]] = {
     "build-requires": check_build_requires,
     "os-release": check_os,
@@ -344,6 +368,7 @@ CLASS_CHECKS: dict[str, Callable[[Stack, Rule], list[Violation]]] = {
     "cxx-standard": check_cxx_standard,
     "pip-requires-python": check_requires_python,
     "pip-wheel-tags": check_wheel_tags,
+    "gpu-arch": check_gpu_arch,
 }
 
 

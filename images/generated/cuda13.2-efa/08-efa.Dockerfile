@@ -23,6 +23,7 @@ RUN apt-get update \
  && ./efa_installer.sh -y --skip-kmod --skip-limit-conf --no-verify --mpi=openmpi4 \
  && rm -rf /tmp/aws-efa-installer/* /tmp/aws-efa-installer.tar.gz /var/lib/apt/lists/* \
  && fi_info --version | grep -q "libfabric: 2.6.0amzn1.0" \
+ && ompi_info --version | grep -q "v4" \
  && plugin="$(find /opt/amazon/ofi-nccl -name 'libnccl-net-ofi.so' -print -quit)" && test -n "$plugin" \
  && grep -qa "1.21.1" "$plugin" \
  && test -z "$(ldd "$plugin" | grep -v 'libcuda\.so' | grep 'not found')" \
