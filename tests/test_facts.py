@@ -147,3 +147,37 @@ def test_every_rule_and_fact_source_names_a_url():
             for fact, source in (layer.spec.get("sources") or {}).items():
                 assert "https://" in source or source.startswith(("images/", "the package")), (
                     layer.label, fact, source)
+
+
+# --- issue 16 item 12: facts corrected against upstream ----------------------------------------
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_efa_1_50_0_note_gives_the_plugin_notes_tested_and_compatible_nccl():
+    notes = _flat(_version("efa", "1.50.0")["notes"])
+    assert "2.29 to 2.31" not in notes and "not re-read" not in notes
+    assert "tested with NCCL 2.31.2-1" in notes and "NCCL 2.17.1 and later" in notes
+    assert "aws-ofi-nccl/blob/v1.21.1/RELEASENOTES.md" in notes
+
+
+def test_hccl_wrapper_readme_is_cited_at_a_commit_with_its_era():
+    notes = _flat(_version("hccl-ofi-wrapper", "1.0")["notes"])
+    pinned = re.findall(r"hccl_ofi_wrapper/blob/([0-9a-f]{40})/README\.md", notes)
+    assert len(pinned) == 2, notes
+    assert "Required steps" in notes and "late 2022" in notes and "after SynapseAI 1.6.0" in notes
+    doc = (ROOT / "docs" / "seed-jobs.md").read_text(encoding="utf-8")
+    assert 'hccl_ofi_wrapper "Required steps"' not in doc
+    assert re.search(r"hccl_ofi_wrapper/blob/[0-9a-f]{40}/README\.md", doc)
+
+
+def test_explain_names_the_habana_fork_where_stacks_yaml_installs_it_from():
+    from matrix.deploy.explain import DEEPSPEED_FORKS
+
+    upstream, description = DEEPSPEED_FORKS["deepspeed-habana"]["1.6.0"]
+    assert upstream == "0.6.1"
+    assert "HabanaAI/deepspeed_old" in description and DS_COMMIT[:7] in description
+    assert "HabanaAI/DeepSpeed branch" not in description
+    url = _version("deepspeed-habana", "1.6.0")["options"]["archive_url"]
+    assert url.split("/archive/")[0].endswith("HabanaAI/deepspeed_old")

@@ -26,19 +26,22 @@ class Job:
     title: str
     args: list[str]
     rows: list[tuple[str, list[str]]] = field(default_factory=list)  # (seed cell, assertions)
+    prose: str = ""  # the section's text between its title and the explain line
 
 
 def parse_doc(text: str) -> list[Job]:
     jobs: list[Job] = []
     title = ""
+    prose: list[str] = []
     for line in text.splitlines():
         if line.startswith("## "):
-            title = line[3:].strip()
+            title, prose = line[3:].strip(), []
             continue
         match = EXPLAIN_LINE.match(line)
         if match:
-            jobs.append(Job(title, shlex.split(match.group(1))))
+            jobs.append(Job(title, shlex.split(match.group(1)), prose=" ".join(prose)))
             continue
+        prose.append(line)
         if jobs and line.startswith("| ") and not line.startswith(("| seed setting", "|---")):
             cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
             assert len(cells) == 3, f"{jobs[-1].title}: a row needs 3 cells: {line}"
@@ -128,3 +131,28 @@ def test_the_checker_can_fail():
                   "not an assertion"):
         with pytest.raises(AssertionError):
             check(plan, wrong)
+
+
+def _command(job: Job) -> list[str]:
+    return job.args[job.args.index("--") + 1:] if "--" in job.args else []
+
+
+def test_nccl_tests_commands_name_a_binary_the_stack_installs():
+    """Issue 16 item 11: a job that runs nccl-tests names the path the stack's nccl-tests layer
+    installs (its options.prefix/bin, on PATH, as the rendered Dockerfile copies it), or says
+    that its stack has no nccl-tests layer."""
+    runs = [job for job in JOBS if _command(job) and _command(job)[0].endswith("_perf")]
+    assert runs, "no seed job runs nccl-tests"
+    for job in runs:
+        binary = _command(job)[0]
+        name = binary.rsplit("/", 1)[-1]
+        stack_name = job.args[job.args.index("--stack") + 1]
+        layer = MATRIX.stack(stack_name).layer("nccl-tests")
+        if layer is None:
+            assert f"`{stack_name}` stack has no nccl-tests layer" in job.prose, job.title
+            continue
+        bindir = f"{layer.spec['options']['prefix']}/bin"
+        assert binary in (name, f"{bindir}/{name}"), f"{job.title}: {binary} is not in {bindir}"
+        dockerfile = next((ROOT / "images" / "generated" / stack_name).glob("*-nccl-tests.Dockerfile"))
+        text = dockerfile.read_text(encoding="utf-8")
+        assert f"ENV PATH={bindir}:$PATH" in text and f"test -x {bindir}/all_reduce_perf" in text
