@@ -139,12 +139,14 @@ class Runner(object):
                 "intel": os.path.join(cfg.state_dir, "hostfile.intel")}
 
     def dry_run(self):
+        """Print the plan; exit 1 when it has problems (a real run would stop at the first),
+        the same rule as ``invoke explain``, so a pre-flight check can gate on the exit code."""
         plan = self.make_plan(None, self.hostfile_paths())
         if self.cfg.dry_run == "json":
             out(json.dumps(plan.to_dict(), indent=2, sort_keys=True))
         else:
             out(plan.text())
-        return 0
+        return 1 if plan.problems else 0
 
     def run(self):
         cfg = self.cfg

@@ -92,3 +92,18 @@ def test_entrypoint_table_is_plain_json_with_the_rdma_facts():
     assert table["p3dn.24xlarge"]["efa_rdma_read"] is False
     assert table["p5en.48xlarge"] == {"gpus": 8, "gpu_model": "H200", "hpus": 0, "hpu_model": None,
                                       "efa_interfaces": 16, "efa_rdma_read": True}
+
+
+def test_the_entrypoint_copy_of_the_table_matches_it():
+    """The in-image entrypoint cannot import matrix/: its copy of the instance names (what
+    MNP_INSTANCE_TYPE may be) and of each type's EFA RDMA read must say what the table says, and
+    its family list (for types the instance metadata reports) must agree with every row."""
+    from entrypoint import fabric
+
+    assert set(fabric.INSTANCE_TYPES) == set(INSTANCE_TYPES)
+    for name, row in INSTANCE_TYPES.items():
+        assert fabric.INSTANCE_RDMA_READ[name] is row.efa_rdma_read, name
+        if row.has_efa:
+            family = name.split(".", 1)[0]
+            assert (family in fabric.RDMA_FAMILIES) is row.efa_rdma_read, name
+            assert fabric.rdma_capable(name)[0] is row.efa_rdma_read, name
