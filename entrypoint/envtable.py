@@ -43,6 +43,13 @@ DL1_WORKSHOP = ("https://github.com/aws-samples/aws-hpc-tutorials/tree/framework
                 "Scale_Out_via_Host_NIC.html (HCCL over OFI)")
 HCCL_WRAPPER = ("https://github.com/HabanaAI/hccl_ofi_wrapper README 'Required steps' "
                 "(libhccl_ofi_wrapper.so on LD_LIBRARY_PATH)")
+OFI_NET_NAME = ("https://github.com/aws/aws-ofi-nccl/blob/master/src/nccl_ofi_interface_nvidia.cpp "
+                "(nvidia_plugin_name_fixup: 'Versions 1.11.0 and prior of the plugin set the "
+                "name to \"AWS Libfabric\"'; later ones report \"Libfabric\" and still accept "
+                "NCCL_NET=\"AWS Libfabric\"), from https://github.com/aws/aws-ofi-nccl/pull/530 "
+                "(merged after the 1.11 release); src/compat_v6.c of 1.7-1.11 (ncclNetPlugin_v6 "
+                ".name \"AWS Libfabric\"); NCCL docs env.html 'NCCL_NET'; "
+                "https://github.com/NVIDIA/nccl/issues/959 (silent fall-back to sockets)")
 GLOO_DOCS = ("https://pytorch.org/docs/stable/distributed.html 'Common environment variables' "
              "(GLOO_SOCKET_IFNAME)")
 
@@ -88,6 +95,17 @@ ROWS = (
                                         "present": "aws-ofi-nccl", "libfabric": "<1.18.0"},
         "GPUDirect RDMA over EFA: libfabric < 1.18.0 does not enable it by itself",
         CHEATSHEET, if_unknown=True),
+    # NCCL_NET names the network NCCL must use: with it, a plugin that fails to load is an
+    # error at NCCL's init instead of a silent fall-back to its sockets (the preflight checks the
+    # same before any rank starts). The name is the plugin's ncclNet ``name`` field.
+    Row("NCCL_NET", "Libfabric", {"fabric": "efa", "nccl_node": True,
+                                  "present": "aws-ofi-nccl", "aws-ofi-nccl": ">=1.12.0"},
+        "pin NCCL to the aws-ofi-nccl plugin (its name from 1.12.0 on): no silent fall-back "
+        "to sockets", OFI_NET_NAME),
+    Row("NCCL_NET", "AWS Libfabric", {"fabric": "efa", "nccl_node": True,
+                                      "present": "aws-ofi-nccl", "aws-ofi-nccl": "<1.12.0"},
+        "pin NCCL to the aws-ofi-nccl plugin (its name up to 1.11.0, still accepted after): "
+        "no silent fall-back to sockets", OFI_NET_NAME, if_unknown=True),
     # -- NCCL over TCP sockets ----------------------------------------------------------------
     Row("NCCL_SOCKET_NTHREADS", "2", {"fabric": "tcp", "accelerator": "gpu", "nic": "other",
                                       "nccl": ">=2.4.8"},

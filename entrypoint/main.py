@@ -33,7 +33,7 @@ import shlex
 import sys
 import time
 
-from . import config, fabric, facts, hostfile, lifecycle, netaddr, rendezvous, ssh
+from . import config, fabric, facts, hostfile, lifecycle, netaddr, preflight, rendezvous, ssh
 from . import log as log_mod
 from . import plan as plan_mod
 from .log import log, out, set_role
@@ -173,6 +173,7 @@ class Runner(object):
         self.describe()
         if self.plan.problems:  # a line in the dry run, an error when running
             raise StartupError(self.plan.problems[0])
+        self.check_preflight()
         try:
             if cfg.mode == "single":
                 return self.run_single()
@@ -186,6 +187,17 @@ class Runner(object):
             return self.run_child()
         finally:
             self.sup.stop_all(2)
+
+    def check_preflight(self):
+        """The EFA preflight (``preflight``) on this node, before sshd, the rendezvous or any
+        rank: what is missing is one line and exit 1, never a silent fall-back to sockets."""
+        if not self.plan.preflight:
+            return
+        failures = preflight.run(self.plan.preflight, self.plan.environment)
+        if failures:
+            raise StartupError("EFA preflight failed before any rank started: %s"
+                               % "; ".join(failures))
+        log("EFA preflight passed: %s" % "; ".join(c["check"] for c in self.plan.preflight))
 
     def make_state_dir(self):
         try:

@@ -62,8 +62,15 @@ def test_missing_program_is_127(run):
 
 
 def test_sigterm_is_forwarded_and_exit_is_143(start):
-    proc = start(["sh", "-c", "trap 'echo got-term; exit 0' TERM; sleep 30 & wait"])
-    time.sleep(1.0)
+    proc = start(["sh", "-c", "trap 'echo got-term; exit 0' TERM; echo trap-set; "
+                              "sleep 30 & wait"])
+    # signal once the command's trap is in place (a fixed sleep lost the race on a busy host)
+    seen = []
+    while not any("trap-set" in line for line in seen):
+        line = proc.stdout.readline()
+        assert line, "".join(seen)
+        seen.append(line)
+    time.sleep(0.5)  # and the shell is in its ``wait``
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=20)
     assert proc.returncode == 143
