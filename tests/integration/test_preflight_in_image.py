@@ -19,7 +19,8 @@ import pytest
 pytestmark = [pytest.mark.docker]
 
 SECRET = "preflight-test-secret"
-COMMAND = ["python3", "-c", "print('RANK-STARTED', flush=True)"]
+# the marker is split in the command, so that the logged command line does not contain it
+COMMAND = ["python3", "-c", "print('RANK' + '-STARTED', flush=True)"]
 NVIDIA_SMI = "#!/bin/sh\nfor i in 0 1 2 3 4 5 6 7; do echo \"GPU $i: NVIDIA A100-SXM4-40GB " \
              "(UUID: GPU-$i)\"; done\n"
 FI_INFO_OK = "#!/bin/sh\necho 'provider: efa'\necho '    fabric: efa'\n"
