@@ -42,6 +42,11 @@ CHILD_FINISH_WAIT = 60.0
 SECRET_VARIABLES = ("MNP_SECRET", "MNP_SECRET_FILE")
 
 
+NO_COMMAND = ("no command given: set the training command as the container command on every "
+              "node (the Batch job definition's containerProperties.command, e.g. "
+              "`invoke jobdef ... -- python3 train.py`; `docker run IMAGE python3 train.py`)")
+
+
 class UsageError(Exception):
     """A usage problem (exit 2), e.g. no command."""
 
@@ -150,10 +155,10 @@ class Runner(object):
 
     def run(self):
         cfg = self.cfg
-        if not self.command and not (cfg.mode == "child"
-                                     and cfg.launcher not in config.LOCAL_LAUNCHERS):
-            raise UsageError("no command given: pass the program as the container command, "
-                             "e.g. python3 train.py")
+        if not self.command:
+            # Every node, children included: the image has no default command, so a job
+            # definition without one fails here instead of running something that succeeds.
+            raise UsageError(NO_COMMAND)
         # Handlers first: as PID 1 a SIGTERM without a handler is dropped, and probing the
         # devices can take a minute. Until the plan is made a signal ends the run at once.
         self.sup.install_signal_handlers()

@@ -44,10 +44,24 @@ def test_invalid_values_exit_2_with_one_line(run, env, variable):
     assert len(errors) == 1 and variable in errors[0]
 
 
-def test_no_command_is_a_usage_error(run):
-    result = run([])
+@pytest.mark.parametrize("batch", [
+    {},
+    {"AWS_BATCH_JOB_NODE_INDEX": "0", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+     "AWS_BATCH_JOB_NUM_NODES": "2"},
+    {"AWS_BATCH_JOB_NODE_INDEX": "1", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+     "AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.0.0.9"},
+    {"AWS_BATCH_JOB_NODE_INDEX": "1", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+     "AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.0.0.9",
+     "MNP_LAUNCHER": "torchrun"},
+], ids=["single", "main", "child-mpirun", "child-torchrun"])
+def test_no_command_is_a_usage_error_on_every_node(run, batch):
+    """Issue 16 item 1: a child of an SSH launcher used to start without a command and serve
+    SSH; now every node stops with one line saying where the command goes."""
+    result = run([], **batch)
     assert result.returncode == 2
-    assert "no command" in result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "no command given" in errors[0], result.stderr
+    assert "containerProperties.command" in errors[0] and "invoke jobdef ... --" in errors[0]
 
 
 def test_single_node_runs_the_command_and_keeps_its_exit_code(run):
