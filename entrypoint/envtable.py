@@ -41,8 +41,10 @@ DL1_WORKSHOP = ("https://github.com/aws-samples/aws-hpc-tutorials/tree/framework
                 "06-batch-mnp-train-dl1 (AWS Batch DL1 workshop: .deepspeed_env of the "
                 "container); docs.habana.ai API_Reference_Guides/HCCL_APIs/"
                 "Scale_Out_via_Host_NIC.html (HCCL over OFI)")
-HCCL_WRAPPER = ("https://github.com/HabanaAI/hccl_ofi_wrapper README 'Required steps' "
-                "(libhccl_ofi_wrapper.so on LD_LIBRARY_PATH)")
+HCCL_WRAPPER = ("https://github.com/HabanaAI/hccl_ofi_wrapper README.md 'Build HCCL OFI wrapper' "
+                "steps 5-7 (libhccl_ofi_wrapper.so copied to /usr/lib/habanalabs, ldconfig, on "
+                "LD_LIBRARY_PATH; README version 1.2, commit c3aff89c); the same steps were "
+                "'Required steps' 6-8 of the version 1.0 README (commit 2862240b) only")
 OFI_NET_NAME = ("https://github.com/aws/aws-ofi-nccl/blob/master/src/nccl_ofi_interface_nvidia.cpp "
                 "(nvidia_plugin_name_fixup: 'Versions 1.11.0 and prior of the plugin set the "
                 "name to \"AWS Libfabric\"'; later ones report \"Libfabric\" and still accept "
@@ -138,10 +140,14 @@ NOT_SET_REASONS = {
     "FI_EFA_USE_DEVICE_RDMA": (("gpu",), "no RDMA-capable EFA here, or aws-ofi-nccl >= 1.7.0 "
                                "with libfabric >= 1.18.0 enables it by itself (" + CHEATSHEET
                                + ")"),
-    "FI_EFA_TX_MIN_CREDITS": (("gpu",), "only the November 2019 AWS guide 'NCCL on EFA' "
-                              "(EFA installer 1.5-1.7, libfabric 1.8) asked for 64; the "
-                              "current aws-ofi-nccl cheatsheet has no such setting ("
-                              + CHEATSHEET + ")"),
+    "FI_EFA_TX_MIN_CREDITS": (("gpu",), "older guides set 64: the November 2019 AWS 'NCCL "
+                              "on EFA' guide and the P3/P3dn seed (" + P3_TCP_SEED.split(",")[0]
+                              + ", its mpirun line with NCCL 2.4.8). Unset keeps the efa provider's default: "
+                              "its maintainers found the credit request unused and the "
+                              "default the better bandwidth (https://github.com/ofiwg/"
+                              "libfabric/pull/7650 'prov/efa: remove unused credit "
+                              "calculation'), and the current aws-ofi-nccl cheatsheet has no "
+                              "such setting (" + CHEATSHEET + ")"),
     "NCCL_SOCKET_NTHREADS": (("gpu",), "not over TCP, or the interface is an AWS ENA and NCCL "
                              "picks 2 threads x 8 sockets itself (" + NCCL_SOCKET_AUTO + ")"),
     "NCCL_NSOCKS_PERTHREAD": (("gpu",), "not over TCP, or the interface is an AWS ENA and NCCL "

@@ -159,3 +159,21 @@ def test_an_efa_job_without_the_provider_stops_before_the_launcher(local_node, t
                          PATH=path)
     assert "preflight (a real run checks this before any rank starts): fi_info -p efa" in \
         dry.stdout
+
+
+# -- issue 16 item 12: the sources of the plan's rows say what upstream says ---------------------
+
+
+def test_the_libnccl_net_ofi_rename_is_credited_to_the_plugin_release_notes():
+    facts = gpu_efa("1.15.0", "1.22.0", "p5.48xlarge", nccl="2.23.4")
+    facts.plugin_path, facts.plugin_ofi_only = "/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so", True
+    entry = next(e for e in make(facts).env if e["name"] == "NCCL_NET_PLUGIN")
+    assert "aws-ofi-nccl/blob/master/RELEASENOTES.md 'v1.15.0'" in entry["source"]
+    assert "EFA installer" not in entry["source"]
+
+
+def test_the_wrapper_and_credit_sources_are_precise():
+    assert "commit c3aff89c" in envtable.HCCL_WRAPPER and "commit 2862240b" in envtable.HCCL_WRAPPER
+    reason = envtable.NOT_SET_REASONS["FI_EFA_TX_MIN_CREDITS"][1]
+    assert "P3 and P3dn" in reason and "libfabric/pull/7650" in reason
+    assert "only the November 2019" not in reason
