@@ -28,14 +28,14 @@ import re
 INSTANCE_RDMA_READ = {
     "p3.16xlarge": False, "p3dn.24xlarge": False, "p4d.24xlarge": True, "p4de.24xlarge": True,
     "p5.48xlarge": True, "p5e.48xlarge": True, "p5en.48xlarge": True, "p6-b200.48xlarge": True,
-    "g5.12xlarge": False, "g5.48xlarge": False, "g6.12xlarge": False, "g6.48xlarge": False,
-    "g6e.12xlarge": False, "g6e.48xlarge": False, "dl1.24xlarge": True, "c5n.18xlarge": False,
-    "c6i.32xlarge": False, "m5.24xlarge": False, "hpc6a.48xlarge": False,
+    "g5.12xlarge": False, "g5.48xlarge": False, "g6.12xlarge": True, "g6.48xlarge": True,
+    "g6e.12xlarge": True, "g6e.48xlarge": True, "dl1.24xlarge": True, "c5n.18xlarge": False,
+    "c6i.32xlarge": True, "m5.24xlarge": False, "hpc6a.48xlarge": True,
 }
 INSTANCE_TYPES = tuple(sorted(INSTANCE_RDMA_READ))
 # Families whose EFA sizes all do RDMA reads (same page and tables), for a type the instance
 # metadata reports that the table does not list: the table's families plus the newer P6, Trn.
-RDMA_FAMILIES = ("dl1", "p4d", "p4de", "p5", "p5e", "p5en",
+RDMA_FAMILIES = ("c6i", "dl1", "g6", "g6e", "hpc6a", "p4d", "p4de", "p5", "p5e", "p5en",
                  "p6-b200", "p6-b300", "p6e-gb200", "trn1", "trn1n", "trn2", "trn2u")
 RDMA_GPUS = ("A100", "H100", "H200", "B200", "B300", "GB200")
 ENA_VENDOR = "0x1d0f"
