@@ -49,7 +49,7 @@ OFI_NET_NAME = ("https://github.com/aws/aws-ofi-nccl/blob/master/src/nccl_ofi_in
                 "(nvidia_plugin_name_fixup: 'Versions 1.11.0 and prior of the plugin set the "
                 "name to \"AWS Libfabric\"'; later ones report \"Libfabric\" and still accept "
                 "NCCL_NET=\"AWS Libfabric\"), from https://github.com/aws/aws-ofi-nccl/pull/530 "
-                "(merged after the 1.11 release); src/compat_v6.c of 1.7-1.11 (ncclNetPlugin_v6 "
+                "(merged after the 1.11 release); before it src/compat_v6.c (ncclNetPlugin_v6 "
                 ".name \"AWS Libfabric\"); NCCL docs env.html 'NCCL_NET'; "
                 "https://github.com/NVIDIA/nccl/issues/959 (silent fall-back to sockets)")
 GLOO_DOCS = ("https://pytorch.org/docs/stable/distributed.html 'Common environment variables' "
