@@ -18,12 +18,14 @@ An invalid value raises ``ConfigError``; ``__main__`` turns it into one line nam
 and exit code 2, without a traceback.
 """
 
+import difflib
 import ipaddress
 import os
 import re
 import shlex
 import stat
 
+from .fabric import INSTANCE_TYPES
 from .launchers import NAMES as LAUNCHERS
 from .rendezvous import MIN_HEARTBEAT_TIMEOUT
 
@@ -56,6 +58,14 @@ SETTINGS = {
     "MNP_STOP_TIMEOUT": ("20", "seconds between forwarding SIGTERM and SIGKILL to the launcher"),
     "MNP_STATE_DIR": ("/run/mnp", "where per-job keys, hostfiles and sshd files are written"),
 }
+
+# Names the entrypoint sets for the command (docs/entrypoint.md): not settings, but a value found
+# in the environment (an image or a nested run that inherited them) is replaced, not an error.
+OUTPUTS = ("MNP_HOSTFILE", "MNP_HOSTFILE_PLAIN", "MNP_HOSTFILE_INTEL", "MNP_NUM_NODES",
+           "MNP_NODE_INDEX", "MNP_NODE_ADDRESS", "MNP_MASTER_ADDRESS", "MNP_SSH_CONFIG")
+# ``MNP_`` is the project's namespace: any other name in it is a typo (MNP_LAUCHER) that would
+# otherwise be ignored without a word.
+PREFIX = "MNP_"
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
 
@@ -123,6 +133,40 @@ class Config(object):
         if self.mode == "single":
             return "single"
         return "%s %d/%d" % (self.mode, self.node_index, self.num_nodes)
+
+
+def did_you_mean(word, choices):
+    """`` (did you mean X?)`` for the closest of ``choices``, or an empty string."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return " (did you mean %s?)" % close[0] if close else ""
+
+
+def _unknown_names(env):
+    """An unknown ``MNP_*`` name is an error naming it, with the closest known setting."""
+    known = set(SETTINGS) | set(OUTPUTS)
+    unknown = sorted(name for name in env if name.startswith(PREFIX) and name not in known)
+    if not unknown:
+        return
+    shown = [n if re.match(r"^[A-Za-z0-9_]+$", n) else ascii(n) for n in unknown]
+    name = unknown[0]
+    more = " (and %d more: %s)" % (len(shown) - 1, ", ".join(shown[1:])) \
+        if len(shown) > 1 else ""
+    raise ConfigError(shown[0], "is not a setting of the entrypoint%s%s; the settings are listed "
+                      "in docs/entrypoint.md" % (did_you_mean(name, SETTINGS), more))
+
+
+def _instance_type(env):
+    itype = _get(env, "MNP_INSTANCE_TYPE")
+    if not itype:
+        return None
+    if itype not in INSTANCE_TYPES:
+        shape = re.match(r"^[a-z0-9-]+\.[a-z0-9-]+$", itype)
+        raise ConfigError("MNP_INSTANCE_TYPE", "%r is not %s%s; leave it unset to read the "
+                          "type from the instance metadata" % (
+                              itype, "in the instance table" if shape else
+                              "an instance type like p4d.24xlarge",
+                              did_you_mean(itype, INSTANCE_TYPES)))
+    return itype
 
 
 def _get(env, name):
@@ -292,6 +336,7 @@ def load(env=None):
     if env is None:
         env = os.environ
     cfg = Config()
+    _unknown_names(env)
     _batch_role(env, cfg)
     cfg.job_id = _get(env, "AWS_BATCH_JOB_ID") or ""
     cfg.launcher_explicit = bool(_get(env, "MNP_LAUNCHER"))
@@ -326,12 +371,7 @@ def load(env=None):
             raise ConfigError("MNP_LAUNCHER_ARGS", "cannot be split like a shell: %s" % exc) \
                 from None
     cfg.deepspeed_launcher = _choice(env, "MNP_DEEPSPEED_LAUNCHER", ("pdsh", "openmpi"), None)
-    itype = _get(env, "MNP_INSTANCE_TYPE")
-    if itype:
-        if not re.match(r"^[a-z0-9-]+\.[a-z0-9-]+$", itype):
-            raise ConfigError("MNP_INSTANCE_TYPE", "%r is not an instance type like p4d.24xlarge"
-                              % itype)
-        cfg.instance_type = itype
+    cfg.instance_type = _instance_type(env)
     cfg.heartbeat_timeout = _seconds(env, "MNP_HEARTBEAT_TIMEOUT", 15.0,
                                      minimum=MIN_HEARTBEAT_TIMEOUT, maximum=3600.0)
     cfg.stop_timeout = _seconds(env, "MNP_STOP_TIMEOUT", 20.0, maximum=3600.0)

@@ -41,8 +41,17 @@ DL1_WORKSHOP = ("https://github.com/aws-samples/aws-hpc-tutorials/tree/framework
                 "06-batch-mnp-train-dl1 (AWS Batch DL1 workshop: .deepspeed_env of the "
                 "container); docs.habana.ai API_Reference_Guides/HCCL_APIs/"
                 "Scale_Out_via_Host_NIC.html (HCCL over OFI)")
-HCCL_WRAPPER = ("https://github.com/HabanaAI/hccl_ofi_wrapper README 'Required steps' "
-                "(libhccl_ofi_wrapper.so on LD_LIBRARY_PATH)")
+HCCL_WRAPPER = ("https://github.com/HabanaAI/hccl_ofi_wrapper README.md 'Build HCCL OFI wrapper' "
+                "steps 5-7 (libhccl_ofi_wrapper.so copied to /usr/lib/habanalabs, ldconfig, on "
+                "LD_LIBRARY_PATH; README version 1.2, commit c3aff89c); the same steps were "
+                "'Required steps' 6-8 of the version 1.0 README (commit 2862240b) only")
+OFI_NET_NAME = ("https://github.com/aws/aws-ofi-nccl/blob/master/src/nccl_ofi_interface_nvidia.cpp "
+                "(nvidia_plugin_name_fixup: 'Versions 1.11.0 and prior of the plugin set the "
+                "name to \"AWS Libfabric\"'; later ones report \"Libfabric\" and still accept "
+                "NCCL_NET=\"AWS Libfabric\"), from https://github.com/aws/aws-ofi-nccl/pull/530 "
+                "(merged after the 1.11 release); before it src/compat_v6.c (ncclNetPlugin_v6 "
+                ".name \"AWS Libfabric\"); NCCL docs env.html 'NCCL_NET'; "
+                "https://github.com/NVIDIA/nccl/issues/959 (silent fall-back to sockets)")
 GLOO_DOCS = ("https://pytorch.org/docs/stable/distributed.html 'Common environment variables' "
              "(GLOO_SOCKET_IFNAME)")
 
@@ -88,6 +97,17 @@ ROWS = (
                                         "present": "aws-ofi-nccl", "libfabric": "<1.18.0"},
         "GPUDirect RDMA over EFA: libfabric < 1.18.0 does not enable it by itself",
         CHEATSHEET, if_unknown=True),
+    # NCCL_NET names the network NCCL must use: with it, a plugin that fails to load is an
+    # error at NCCL's init instead of a silent fall-back to its sockets (the preflight checks the
+    # same before any rank starts). The name is the plugin's ncclNet ``name`` field.
+    Row("NCCL_NET", "Libfabric", {"fabric": "efa", "nccl_node": True,
+                                  "present": "aws-ofi-nccl", "aws-ofi-nccl": ">=1.12.0"},
+        "pin NCCL to the aws-ofi-nccl plugin (its name from 1.12.0 on): no silent fall-back "
+        "to sockets", OFI_NET_NAME),
+    Row("NCCL_NET", "AWS Libfabric", {"fabric": "efa", "nccl_node": True,
+                                      "present": "aws-ofi-nccl", "aws-ofi-nccl": "<1.12.0"},
+        "pin NCCL to the aws-ofi-nccl plugin (its name up to 1.11.0, still accepted after): "
+        "no silent fall-back to sockets", OFI_NET_NAME, if_unknown=True),
     # -- NCCL over TCP sockets ----------------------------------------------------------------
     Row("NCCL_SOCKET_NTHREADS", "2", {"fabric": "tcp", "accelerator": "gpu", "nic": "other",
                                       "nccl": ">=2.4.8"},
@@ -120,10 +140,14 @@ NOT_SET_REASONS = {
     "FI_EFA_USE_DEVICE_RDMA": (("gpu",), "no RDMA-capable EFA here, or aws-ofi-nccl >= 1.7.0 "
                                "with libfabric >= 1.18.0 enables it by itself (" + CHEATSHEET
                                + ")"),
-    "FI_EFA_TX_MIN_CREDITS": (("gpu",), "only the November 2019 AWS guide 'NCCL on EFA' "
-                              "(EFA installer 1.5-1.7, libfabric 1.8) asked for 64; the "
-                              "current aws-ofi-nccl cheatsheet has no such setting ("
-                              + CHEATSHEET + ")"),
+    "FI_EFA_TX_MIN_CREDITS": (("gpu",), "older guides set 64: the November 2019 AWS 'NCCL "
+                              "on EFA' guide and the P3/P3dn seed (" + P3_TCP_SEED.split(",")[0]
+                              + ", its mpirun line with NCCL 2.4.8). Unset keeps the efa provider's default: "
+                              "its maintainers found the credit request unused and the "
+                              "default the better bandwidth (https://github.com/ofiwg/"
+                              "libfabric/pull/7650 'prov/efa: remove unused credit "
+                              "calculation'), and the current aws-ofi-nccl cheatsheet has no "
+                              "such setting (" + CHEATSHEET + ")"),
     "NCCL_SOCKET_NTHREADS": (("gpu",), "not over TCP, or the interface is an AWS ENA and NCCL "
                              "picks 2 threads x 8 sockets itself (" + NCCL_SOCKET_AUTO + ")"),
     "NCCL_NSOCKS_PERTHREAD": (("gpu",), "not over TCP, or the interface is an AWS ENA and NCCL "

@@ -9,8 +9,10 @@ version-dependent rows of ``envtable``; this module only reads the machine:
 - ``libfabric_version``: ``fi_info --version``;
 - ``interface_vendor``: the PCI vendor of the job's interface (``0x1d0f``: AWS ENA);
 - ``imds_instance_type``: one IMDSv2 query (1 s budget), only asked when EFA devices exist;
-- ``rdma_capable``: RDMA reads over EFA by instance family (``RDMA_FAMILIES``, checked against
-  ``matrix.model.instances`` by ``tests/test_explain.py``), else by GPU model.
+- ``rdma_capable``: RDMA reads over EFA by instance type (``INSTANCE_RDMA_READ``, a copy of
+  ``matrix/model/instances.yaml``: the entrypoint cannot import ``matrix``; ``tests/test_instances.py``
+  keeps the two equal), then by family (``RDMA_FAMILIES``), else by GPU model;
+- ``INSTANCE_TYPES``: the instance table's names, which ``MNP_INSTANCE_TYPE`` must be one of.
 
 ``mca_flags`` turns the plan's Open MPI parameters into ``-mca`` flags, minus those the user set
 as ``OMPI_MCA_<name>``.
@@ -20,8 +22,21 @@ import glob
 import os
 import re
 
-RDMA_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300", "p6e-gb200",
-                 "trn1", "trn1n", "trn2", "trn2n")
+# instance type -> EFA RDMA read, as matrix/model/instances.yaml says (efa_rdma_read); source:
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html "Supported instance types" (the
+# RDMA read column of the Nitro v3/v4/v5/v6 tables).
+INSTANCE_RDMA_READ = {
+    "p3.16xlarge": False, "p3dn.24xlarge": False, "p4d.24xlarge": True, "p4de.24xlarge": True,
+    "p5.48xlarge": True, "p5e.48xlarge": True, "p5en.48xlarge": True, "p6-b200.48xlarge": True,
+    "g5.12xlarge": False, "g5.48xlarge": False, "g6.12xlarge": True, "g6.48xlarge": True,
+    "g6e.12xlarge": True, "g6e.48xlarge": True, "dl1.24xlarge": True, "c5n.18xlarge": False,
+    "c6i.32xlarge": True, "m5.24xlarge": False, "hpc6a.48xlarge": True,
+}
+INSTANCE_TYPES = tuple(sorted(INSTANCE_RDMA_READ))
+# Families whose EFA sizes all do RDMA reads (same page and tables), for a type the instance
+# metadata reports that the table does not list: the table's families plus the newer P6, Trn.
+RDMA_FAMILIES = ("c6i", "dl1", "g6", "g6e", "hpc6a", "p4d", "p4de", "p5", "p5e", "p5en",
+                 "p6-b200", "p6-b300", "p6e-gb200", "trn1", "trn1n", "trn2", "trn2u")
 RDMA_GPUS = ("A100", "H100", "H200", "B200", "B300", "GB200")
 ENA_VENDOR = "0x1d0f"
 PLUGIN_GLOBS = (
@@ -104,9 +119,11 @@ def interface_vendor(interface, root="/"):
 
 def rdma_capable(instance_type=None, gpu_names=()):
     """``(True/False/None, why)``: can this node's EFA do RDMA reads?"""
+    if instance_type in INSTANCE_RDMA_READ:
+        return INSTANCE_RDMA_READ[instance_type], "instance type %s" % instance_type
     if instance_type:
         family = instance_type.split(".", 1)[0]
-        return family in RDMA_FAMILIES, "instance type %s" % instance_type
+        return family in RDMA_FAMILIES, "instance type %s (by family)" % instance_type
     for name in gpu_names:
         upper = name.upper()
         for model in RDMA_GPUS:

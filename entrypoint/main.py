@@ -33,13 +33,18 @@ import shlex
 import sys
 import time
 
-from . import config, fabric, facts, hostfile, lifecycle, netaddr, rendezvous, ssh
+from . import config, fabric, facts, hostfile, lifecycle, netaddr, preflight, rendezvous, ssh
 from . import log as log_mod
 from . import plan as plan_mod
 from .log import log, out, set_role
 
 CHILD_FINISH_WAIT = 60.0
 SECRET_VARIABLES = ("MNP_SECRET", "MNP_SECRET_FILE")
+
+
+NO_COMMAND = ("no command given: set the training command as the container command on every "
+              "node (the Batch job definition's containerProperties.command, e.g. "
+              "`invoke jobdef ... -- python3 train.py`; `docker run IMAGE python3 train.py`)")
 
 
 class UsageError(Exception):
@@ -139,19 +144,21 @@ class Runner(object):
                 "intel": os.path.join(cfg.state_dir, "hostfile.intel")}
 
     def dry_run(self):
+        """Print the plan; exit 1 when it has problems (a real run would stop at the first),
+        the same rule as ``invoke explain``, so a pre-flight check can gate on the exit code."""
         plan = self.make_plan(None, self.hostfile_paths())
         if self.cfg.dry_run == "json":
             out(json.dumps(plan.to_dict(), indent=2, sort_keys=True))
         else:
             out(plan.text())
-        return 0
+        return 1 if plan.problems else 0
 
     def run(self):
         cfg = self.cfg
-        if not self.command and not (cfg.mode == "child"
-                                     and cfg.launcher not in config.LOCAL_LAUNCHERS):
-            raise UsageError("no command given: pass the program as the container command, "
-                             "e.g. python3 train.py")
+        if not self.command:
+            # Every node, children included: the image has no default command, so a job
+            # definition without one fails here instead of running something that succeeds.
+            raise UsageError(NO_COMMAND)
         # Handlers first: as PID 1 a SIGTERM without a handler is dropped, and probing the
         # devices can take a minute. Until the plan is made a signal ends the run at once.
         self.sup.install_signal_handlers()
@@ -171,6 +178,7 @@ class Runner(object):
         self.describe()
         if self.plan.problems:  # a line in the dry run, an error when running
             raise StartupError(self.plan.problems[0])
+        self.check_preflight()
         try:
             if cfg.mode == "single":
                 return self.run_single()
@@ -184,6 +192,17 @@ class Runner(object):
             return self.run_child()
         finally:
             self.sup.stop_all(2)
+
+    def check_preflight(self):
+        """The EFA preflight (``preflight``) on this node, before sshd, the rendezvous or any
+        rank: what is missing is one line and exit 1, never a silent fall-back to sockets."""
+        if not self.plan.preflight:
+            return
+        failures = preflight.run(self.plan.preflight, self.plan.environment)
+        if failures:
+            raise StartupError("EFA preflight failed before any rank started: %s"
+                               % "; ".join(failures))
+        log("EFA preflight passed: %s" % "; ".join(c["check"] for c in self.plan.preflight))
 
     def make_state_dir(self):
         try:

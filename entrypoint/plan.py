@@ -16,14 +16,15 @@ JSON shape (``to_dict``; ``version`` is bumped when a key changes meaning):
 "env": [{"name", "value", "reason", "source"}], "not_set": [{"name", "reason"}],
 "kept": [...], "mca": [[name, value, source]], "files": [{"path", "content", "why"}],
 "rendezvous": str | null, "ssh": str | null, "problems": [...], "notes": [...],
-"environment": {name: value}}`` (secrets redacted).
+"preflight": [{"kind", "check", "argv"}], "environment": {name: value}}`` (secrets redacted).
+``preflight`` lists the checks a real run makes before any rank starts (``preflight``).
 """
 
 import os
 import re
 import shlex
 
-from . import fabric, hostfile, launchers, mca, planenv
+from . import fabric, hostfile, launchers, mca, planenv, preflight
 from .registry import NodeInfo
 
 PLAN_VERSION = 2  # 2: "mca" entries are [name, value, source]; MPI parameters are OMPI_MCA_*
@@ -98,6 +99,7 @@ class Plan(object):
         self.ssh = None
         self.problems = []
         self.notes = []
+        self.preflight = []  # checks run before any rank starts (EFA plans)
         self.environment = {}  # the command's full environment
 
     @property
@@ -113,7 +115,7 @@ class Plan(object):
             "kept": self.kept, "mca": [list(m) for m in self.mca],
             "files": [dict(f, content=redact_lines(f["content"])) for f in self.files],
             "rendezvous": self.rendezvous, "ssh": self.ssh, "problems": self.problems,
-            "notes": self.notes,
+            "notes": self.notes, "preflight": self.preflight,
             "environment": dict((k, redact(k, v)) for k, v in self.environment.items()),
         }
 
@@ -158,6 +160,9 @@ class Plan(object):
             lines.append("command: none on this node")
         else:
             lines.append("command: %s" % " ".join(shlex.quote(a) for a in self.argv))
+        for check in self.preflight:
+            lines.append("preflight (a real run checks this before any rank starts): %s"
+                         % check["check"])
         for problem in self.problems:
             lines.append("PROBLEM (a real run stops here): %s" % problem)
         for note in self.notes:
@@ -239,6 +244,7 @@ def make_plan(cfg, facts, command, user_env, table=None, hostfiles=None):
     if table is None:
         table = placeholder_table(cfg, facts, count)
     _fabric(plan, cfg, facts)
+    plan.preflight = preflight.checks(plan.fabric["kind"], facts)
     unit = _unit(plan, cfg, facts, count)
     need_ssh = cfg.mode in ("main", "child") and unit.needs_ssh
 

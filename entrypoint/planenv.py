@@ -11,6 +11,11 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import envtable, fabric, hostfile
 from .registry import NodeInfo
 
+OFI_RENAME = ("https://github.com/aws/aws-ofi-nccl/blob/master/RELEASENOTES.md 'v1.15.0' (the "
+              "plugin's own notes: default library name libnccl-net-ofi.so, a libnccl-net.so "
+              "symlink unless --disable-nccl-net-symlink; NCCL_NET_PLUGIN=ofi selects it), "
+              "https://github.com/aws/aws-ofi-nccl/pull/918")
+
 
 class Env(object):
     """The variables the entrypoint sets, in order, each with its reason and source."""
@@ -89,8 +94,7 @@ def libraries(plan: Any, env: Env, kind: str, facts: Any) -> None:
                                                       if facts.plugin_path else ""))
         if facts.plugin_ofi_only:
             env.set("NCCL_NET_PLUGIN", "ofi", "the plugin ships libnccl-net-ofi.so without the "
-                    "libnccl-net.so name NCCL looks for", "EFA installer 1.42.0 release notes "
-                    "(aws-ofi-nccl 1.15 renamed its library)")
+                    "libnccl-net.so name NCCL looks for", OFI_RENAME)
         if facts.accelerator == "gpu" and not facts.plugin_path:
             plan.notes.append("no aws-ofi-nccl plugin found: NCCL cannot use EFA")
     if facts.accelerator == "hpu" and kind == "efa":

@@ -92,3 +92,41 @@ def test_entrypoint_table_is_plain_json_with_the_rdma_facts():
     assert table["p3dn.24xlarge"]["efa_rdma_read"] is False
     assert table["p5en.48xlarge"] == {"gpus": 8, "gpu_model": "H200", "hpus": 0, "hpu_model": None,
                                       "efa_interfaces": 16, "efa_rdma_read": True}
+
+
+def test_the_entrypoint_copy_of_the_table_matches_it():
+    """The in-image entrypoint cannot import matrix/: its copy of the instance names (what
+    MNP_INSTANCE_TYPE may be) and of each type's EFA RDMA read must say what the table says, and
+    its family list (for types the instance metadata reports) must agree with every row."""
+    from entrypoint import fabric
+
+    assert set(fabric.INSTANCE_TYPES) == set(INSTANCE_TYPES)
+    for name, row in INSTANCE_TYPES.items():
+        assert fabric.INSTANCE_RDMA_READ[name] is row.efa_rdma_read, name
+        if row.has_efa:
+            family = name.split(".", 1)[0]
+            assert (family in fabric.RDMA_FAMILIES) is row.efa_rdma_read, name
+            assert fabric.rdma_capable(name)[0] is row.efa_rdma_read, name
+
+
+@pytest.mark.parametrize("name", ["g6.12xlarge", "g6.48xlarge", "g6e.12xlarge", "g6e.48xlarge",
+                                  "c6i.32xlarge", "hpc6a.48xlarge", "dl1.24xlarge"])
+def test_rdma_read_as_the_efa_page_lists_it(name):
+    """efa.html "Supported instance types": the Nitro v4 table lists g6, g6e, c6i.32xlarge and
+    hpc6a.48xlarge with RDMA read Yes; the Nitro v3 table dl1.24xlarge (issue 16 item 13)."""
+    row = get_instance_type(name)
+    assert row.efa_rdma_read is True and "RDMA read Yes" in row.source, row.source
+    assert "RDMA read" not in (row.unverified or "") or name == "dl1.24xlarge"
+
+
+@pytest.mark.parametrize(("name", "nitro"), [("p3dn.24xlarge", "Nitro v3"), ("p4d.24xlarge", "Nitro v3"),
+                                             ("p5en.48xlarge", "Nitro v5"),
+                                             ("p6-b200.48xlarge", "Nitro v6")])
+def test_nitro_versions_as_the_efa_page_groups_them(name, nitro):
+    assert f"[rdma] {nitro} table" in get_instance_type(name).source
+
+
+def test_what_is_confirmed_and_what_is_not():
+    assert not get_instance_type("p5en.48xlarge").unverified  # 16 cards: ac.html network specs
+    assert "EFA count" in get_instance_type("dl1.24xlarge").unverified
+    assert "8 usable EFA devices" in get_instance_type("p6-b200.48xlarge").unverified

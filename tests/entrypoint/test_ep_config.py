@@ -137,3 +137,56 @@ def test_every_setting_is_documented():
     for name in ("AWS_BATCH_JOB_NODE_INDEX", "AWS_BATCH_JOB_MAIN_NODE_INDEX",
                  "AWS_BATCH_JOB_NUM_NODES", "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"):
         assert f"`{name}`" in doc, name
+
+
+@pytest.mark.parametrize("name,value,suggestion", [
+    ("MNP_LAUCHER", "torchrun", "MNP_LAUNCHER"),
+    ("MNP_WAIT_TIMOUT", "60", "MNP_WAIT_TIMEOUT"),
+    ("MNP_SLOTS", "8", "MNP_SLOTS_PER_NODE"),
+])
+def test_a_misspelt_setting_is_an_error_with_a_suggestion(name, value, suggestion):
+    """Issue 16 item 4: MNP_ is the entrypoint's namespace, so a typo there is not ignored."""
+    with pytest.raises(config.ConfigError) as info:
+        config.load({name: value})
+    message = str(info.value)
+    assert info.value.variable == name and message.startswith(name + ":")
+    assert f"did you mean {suggestion}?" in message and "\n" not in message
+
+
+def test_several_unknown_names_are_all_named_on_one_line():
+    with pytest.raises(config.ConfigError) as info:
+        config.load({"MNP_B": "1", "MNP_A": "1", "MNP_LAUNCHER": "mpirun"})
+    assert str(info.value).startswith("MNP_A:") and "1 more: MNP_B" in str(info.value)
+
+
+def test_names_the_entrypoint_sets_for_the_command_are_not_errors():
+    """An image or a nested run may carry what the entrypoint exports (MNP_HOSTFILE, ...)."""
+    cfg = config.load(dict.fromkeys(config.OUTPUTS, "x"))
+    assert cfg.mode == "single"
+
+
+def test_every_mnp_name_a_plan_sets_is_known():
+    from entrypoint import facts, plan
+
+    cfg = config.load(dict(MAIN, MNP_SECRET="s"))
+    node = facts.NodeFacts(binaries={"mpirun": "/usr/bin/mpirun", "sshd": "/usr/sbin/sshd"},
+                           is_root=True, interface="eth0", address="10.0.0.2")
+    hostfiles = {"openmpi": "/run/mnp/hostfile", "plain": "/run/mnp/hostfile.plain",
+                 "intel": "/run/mnp/hostfile.intel"}
+    env = plan.make_plan(cfg, node, ["python3", "t.py"], {}, None, hostfiles).environment
+    ours = {name for name in env if name.startswith(config.PREFIX)}
+    assert ours and ours <= set(config.SETTINGS) | set(config.OUTPUTS), ours
+
+
+@pytest.mark.parametrize("value,suggestion", [
+    ("p5.48xlarg", "p5.48xlarge"), ("p4d.24xl", "p4d.24xlarge"), ("g6e.48xlarge ", None),
+])
+def test_an_instance_type_outside_the_table_is_an_error_with_a_suggestion(value, suggestion):
+    if suggestion is None:  # surrounding blanks are stripped: a listed type is accepted
+        assert config.load({"MNP_INSTANCE_TYPE": value}).instance_type == value.strip()
+        return
+    with pytest.raises(config.ConfigError) as info:
+        config.load({"MNP_INSTANCE_TYPE": value})
+    message = str(info.value)
+    assert message.startswith("MNP_INSTANCE_TYPE:") and "not in the instance table" in message
+    assert f"did you mean {suggestion}?" in message

@@ -33,6 +33,8 @@ def start(local_node):
     ({"AWS_BATCH_JOB_NODE_INDEX": "1", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
       "AWS_BATCH_JOB_NUM_NODES": "2"}, "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"),
     ({"MNP_NETWORK_INTERFACE": "nosuchif0"}, "MNP_NETWORK_INTERFACE"),
+    ({"MNP_LAUCHER": "torchrun"}, "MNP_LAUCHER"),  # a typo in our namespace (issue 16 item 4)
+    ({"MNP_INSTANCE_TYPE": "p5.48xlarg"}, "MNP_INSTANCE_TYPE"),
 ])
 def test_invalid_values_exit_2_with_one_line(run, env, variable):
     result = run(["true"], **env)
@@ -42,10 +44,24 @@ def test_invalid_values_exit_2_with_one_line(run, env, variable):
     assert len(errors) == 1 and variable in errors[0]
 
 
-def test_no_command_is_a_usage_error(run):
-    result = run([])
+@pytest.mark.parametrize("batch", [
+    {},
+    {"AWS_BATCH_JOB_NODE_INDEX": "0", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+     "AWS_BATCH_JOB_NUM_NODES": "2"},
+    {"AWS_BATCH_JOB_NODE_INDEX": "1", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+     "AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.0.0.9"},
+    {"AWS_BATCH_JOB_NODE_INDEX": "1", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+     "AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.0.0.9",
+     "MNP_LAUNCHER": "torchrun"},
+], ids=["single", "main", "child-mpirun", "child-torchrun"])
+def test_no_command_is_a_usage_error_on_every_node(run, batch):
+    """Issue 16 item 1: a child of an SSH launcher used to start without a command and serve
+    SSH; now every node stops with one line saying where the command goes."""
+    result = run([], **batch)
     assert result.returncode == 2
-    assert "no command" in result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "no command given" in errors[0], result.stderr
+    assert "containerProperties.command" in errors[0] and "invoke jobdef ... --" in errors[0]
 
 
 def test_single_node_runs_the_command_and_keeps_its_exit_code(run):
@@ -60,17 +76,33 @@ def test_missing_program_is_127(run):
 
 
 def test_sigterm_is_forwarded_and_exit_is_143(start):
-    proc = start(["sh", "-c", "trap 'echo got-term; exit 0' TERM; sleep 30 & wait"])
-    time.sleep(1.0)
+    proc = start(["sh", "-c", "trap 'echo got-term; exit 0' TERM; echo trap-set; "
+                              "sleep 30 & wait"])
+    # signal once the command's trap is in place (a fixed sleep lost the race on a busy host)
+    seen = []
+    while not any("trap-set" in line for line in seen):
+        line = proc.stdout.readline()
+        assert line, "".join(seen)
+        seen.append(line)
+    time.sleep(0.5)  # and the shell is in its ``wait``
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=20)
     assert proc.returncode == 143
     assert "got-term" in out
 
 
-def test_single_node_mpirun_dry_run_with_slots(run, tmp_path):
+@pytest.fixture
+def tools(local_node):
+    """A PATH with stand-ins for mpirun and sshd first: a plan without problems (a dry run of
+    a plan with problems exits 1) whatever this host has installed."""
+    local_node.fake_program("sshd", "#!/bin/sh\nexit 0\n")
+    bindir = local_node.fake_program("mpirun", "#!/bin/sh\nexit 0\n")
+    return f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+
+
+def test_single_node_mpirun_dry_run_with_slots(run, tmp_path, tools):
     result = run(["python3", "train.py"], MNP_DRY_RUN="1", MNP_SLOTS_PER_NODE="4",
-                 MNP_STATE_DIR=str(tmp_path / "state"))
+                 MNP_STATE_DIR=str(tmp_path / "state"), PATH=tools)
     assert result.returncode == 0, result.stderr
     assert "localhost slots=4" in result.stdout
     assert "-np 4" in result.stdout
@@ -81,10 +113,10 @@ BATCH = {"AWS_BATCH_JOB_MAIN_NODE_INDEX": "0", "AWS_BATCH_JOB_NUM_NODES": "3",
          "AWS_BATCH_JOB_ID": "job-42"}
 
 
-def test_dry_run_on_main_node_prints_a_complete_plan(run, tmp_path):
-    result = run(["python3", "train.py", "--lr", "0.1"], MNP_DRY_RUN="1",
+def test_dry_run_on_main_node_prints_a_complete_plan(run, tmp_path, tools):
+    result = run(["python3", "train.py", "--lr", "0.1"], MNP_DRY_RUN="1", PATH=tools,
                  AWS_BATCH_JOB_NODE_INDEX="0", MNP_SECRET="topsecret",
-                 MNP_STATE_DIR=str(tmp_path), **BATCH)
+                 MNP_STATE_DIR=str(tmp_path / "state"), **BATCH)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     for needle in ("role: main", "address:", "devices: 1 slot(s)", "fabric TCP",
@@ -93,11 +125,12 @@ def test_dry_run_on_main_node_prints_a_complete_plan(run, tmp_path):
                    "GLOO_SOCKET_IFNAME=", "full environment"):
         assert needle in out, needle
     assert "topsecret" not in out
-    assert list(tmp_path.iterdir()) == []
+    assert not (tmp_path / "state").exists()
 
 
-def test_dry_run_on_child_node_prints_a_complete_plan(run):
+def test_dry_run_on_child_node_prints_a_complete_plan(run, tools):
     result = run(["python3", "train.py"], MNP_DRY_RUN="1", AWS_BATCH_JOB_NODE_INDEX="2",
+                 PATH=tools,
                  AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS="10.1.2.3", **BATCH)
     assert result.returncode == 0, result.stderr
     for needle in ("role: child, node 2 of 3", "register with 10.1.2.3:29410",
@@ -119,7 +152,8 @@ def bare_path(tmp_path):
 def test_fault5_dry_run_without_mpirun_is_a_plan_with_a_problem_line(run, tmp_path):
     result = run(["python3", "train.py"], MNP_DRY_RUN="1", AWS_BATCH_JOB_NODE_INDEX="0",
                  PATH=bare_path(tmp_path), MNP_STATE_DIR=str(tmp_path / "state"), **BATCH)
-    assert result.returncode == 0, result.stderr
+    # the plan is printed in full, and the exit code says a real run would stop (as explain)
+    assert result.returncode == 1, result.stderr
     assert "PROBLEM (a real run stops here): mpirun not found on PATH" in result.stdout
     assert "command: mpirun " in result.stdout
     # the same plan, run for real on a single node, stops with that line as its error
@@ -132,7 +166,7 @@ def test_fault5_dry_run_without_mpirun_is_a_plan_with_a_problem_line(run, tmp_pa
 def test_json_dry_run(run, tmp_path):
     result = run(["python3", "train.py"], MNP_DRY_RUN="json", AWS_BATCH_JOB_NODE_INDEX="0",
                  PATH=bare_path(tmp_path), MNP_SECRET="topsecret", **BATCH)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # a problem: the same rule as invoke explain
     data = json.loads(result.stdout)
     assert data["version"] == 2 and data["role"]["mode"] == "main"
     assert data["launcher"]["unit"] == "mpirun" and data["argv"][-2:] == ["python3", "train.py"]

@@ -8,4 +8,3 @@ COPY mnp-entrypoint /usr/local/bin/mnp-entrypoint
 RUN chmod 0755 /usr/local/bin/mnp-entrypoint \
  && PYTHONPATH=/opt/mnp/lib python3 -c 'import entrypoint'
 ENTRYPOINT ["/usr/local/bin/mnp-entrypoint"]
-CMD ["python3", "-c", "print('mnp entrypoint: give the job command as the container command')"]
