@@ -246,3 +246,52 @@ def test_debian_base_is_bootstrapped_when_missing(docker_client):
     finally:
         with contextlib.suppress(Exception):
             docker_client.images.remove(name)
+
+
+LAYER_TEST = "def test_alpha_marker(host):\n    assert host.file('{path}').exists\n"
+
+
+def test_failed_test_run_withdraws_the_pass_and_push_refuses(docker_client, project):
+    """Build, test (passes), break a layer test, test (fails): the push of that image refuses."""
+    from matrix.deploy.publish import RetryPolicy, push_stack
+    from matrix.image import testing, testrecord
+    from matrix.model.settings import IMAGES
+
+    (project["images"] / "conftest.py").write_text((IMAGES / "conftest.py").read_text())
+    test_file = project["images"] / "alpha" / "test_alpha.py"
+    test_file.write_text(LAYER_TEST.format(path="/layer-alpha"))
+    result, _ = run_build(docker_client, project, ["one"])
+    records = project["state"] / "test-results"
+    console = Console(file=io.StringIO(), width=200)
+
+    def test_and_push():
+        testing.run_stack_tests(docker_client, result, "one", console, records,
+                                images=project["images"])
+        # The gate is checked before the registry is contacted: no registry needed to refuse.
+        push_stack(docker_client, result.chains["one"], result.final_ref("one"), "one",
+                   "127.0.0.1:9", "0123abc", state_dir=records, log=lambda _: None,
+                   retry=RetryPolicy(attempts=1))
+
+    image_id = docker_client.images.get(result.final_ref("one")).id
+    with pytest.raises(UserError, match=r"checking 127\.0\.0\.1:9/"):  # passed: the gate lets it through
+        test_and_push()
+    assert testrecord.read_record(image_id, records).result == "passed"
+    test_file.write_text(LAYER_TEST.format(path="/not-there"))
+    with pytest.raises(UserError, match="stack one: tests failed in alpha 1.0"):
+        test_and_push()
+    assert testrecord.read_record(image_id, records).result == "failed"
+    with pytest.raises(UserError, match=r"stack one: image sha256:\w+ has no passing test"):
+        push_stack(docker_client, result.chains["one"], result.final_ref("one"), "one",
+                   "127.0.0.1:9", "0123abc", state_dir=records, log=lambda _: None)
+
+
+def test_test_results_path_that_is_a_file_is_one_line(docker_client, project):
+    from matrix.image import testing
+
+    result, _ = run_build(docker_client, project, ["one"])
+    project["state"].mkdir(exist_ok=True)
+    blocker = project["state"] / "test-results"
+    blocker.write_text("not a folder")
+    with pytest.raises(UserError, match=r"cannot write test records to .*test-results"):
+        testing.run_stack_tests(docker_client, result, "one", Console(file=io.StringIO()),
+                                blocker, images=project["images"])
