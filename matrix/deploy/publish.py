@@ -98,6 +98,16 @@ class PushResult:
         """Layer blobs uploaded in this run (0 when the registry already had everything)."""
         return sum(tag.blobs_pushed for tag in self.layers + self.final)
 
+    def summary(self) -> str:
+        """One line for the end of a push: counts, never the tag objects themselves."""
+        tags = self.layers + self.final
+        counts = {action: sum(tag.action == action for tag in tags)
+                  for action in ("pushed", "present", "kept")}
+        blobs = self.blobs_pushed
+        return (f"{self.stack}: {counts['pushed']} tag(s) pushed, {counts['present']} already "
+                f"present, {counts['kept']} kept; {blobs} new blob{'s' if blobs != 1 else ''} "
+                f"sent to {self.registry}; image: {self.image_digest_uri}")
+
     @property
     def image_digest_uri(self) -> str | None:
         """The pushed final image by digest (``registry/repo@sha256:...``), for job definitions.
@@ -370,4 +380,5 @@ def push_stack(
         result.final.append(
             _push_tag(client, final_image, remote, tag, target, policy, log, content_tag=False)
         )
+    log(result.summary())
     return result

@@ -10,6 +10,7 @@ with a line saying what failed and how to provide the image.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
@@ -18,10 +19,10 @@ import tempfile
 from pathlib import Path
 
 import docker
-from docker.errors import APIError, ContainerError, ImageNotFound
+from docker.errors import APIError, ImageNotFound
 
 from matrix.errors import UserError
-from matrix.image.engine import apt_install
+from matrix.image.engine import ENGINE_FAULTS, apt_install
 from matrix.model.entities import Base
 
 # What the official Debian images configure for container builds, file by file: the
@@ -123,11 +124,15 @@ def _write_docker_config(root: Path) -> None:
 
 
 def _has_docker_config(client: docker.DockerClient, image: str) -> bool:
+    """Run the check in a container of ``image``; the container is removed whatever happens
+    (``containers.run(remove=True)`` leaves it behind when the engine refuses to start it)."""
+    container = client.containers.create(image, ["sh", "-c", _CHECK], entrypoint=[])
     try:
-        client.containers.run(image, ["sh", "-c", _CHECK], remove=True, entrypoint=[])
-        return True
-    except ContainerError:
-        return False
+        container.start()
+        return container.wait().get("StatusCode") == 0
+    finally:
+        with contextlib.suppress(*ENGINE_FAULTS):
+            container.remove(force=True)
 
 
 def _local(client: docker.DockerClient, image: str) -> bool:

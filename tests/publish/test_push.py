@@ -52,13 +52,18 @@ def test_push_then_push_again_sends_nothing(docker_client, chain, registry, stat
     assert first.image_digest_uri == f"{registry.host}/{chain.repo}@{first.layers[-1].digest}"
 
     offset = registry.log_size()
-    second = _push(docker_client, chain, registry, state_dir)
+    lines: list[str] = []
+    second = _push(docker_client, chain, registry, state_dir, log=lines.append)
 
     assert second.pushed == []
     assert second.blobs_pushed == 0
     assert {tag.action for tag in second.layers + second.final} == {"present"}
     assert _uploads(registry.requests_since(offset)) == []
     assert [tag.digest for tag in second.final] == [tag.digest for tag in first.final]
+    # The push ends with counts, not a list of TagPush objects.
+    assert lines[-1] == (f"tinystack: 0 tag(s) pushed, 4 already present, 0 kept; 0 new blobs "
+                         f"sent to {registry.host}; image: {second.image_digest_uri}")
+    assert first.summary().startswith("tinystack: 4 tag(s) pushed, 0 already present, 0 kept; ")
 
 
 def test_untested_image_is_refused(docker_client, chain, registry, state_dir):
