@@ -191,3 +191,26 @@ def test_test_results_path_that_is_a_file_is_one_line(docker_client, project):
     with pytest.raises(UserError, match=r"cannot write test records to .*test-results"):
         testing.run_stack_tests(docker_client, result, "one", Console(file=io.StringIO()),
                                 blocker, images=project["images"])
+
+
+def test_re_pointed_content_tag_is_rebuilt_not_trusted(docker_client, project):
+    """A content tag moved to another image (here: beta's tag onto gamma's image, which carries
+    beta's label too and is built on alpha) is rebuilt, with a line saying why."""
+    result, _ = run_build(docker_client, project, ["one"])
+    alpha, beta, gamma, _ = result.chain("one")
+    repository, tag = beta.ref.rsplit(":", 1)
+    docker_client.images.get(gamma.ref).tag(repository, tag)
+    _, statuses = run_build(docker_client, project, ["one"])
+    assert statuses[:2] == [("alpha 1.0", "cached"), ("beta 1.0", "built")]
+    assert (f"beta 1.0: the image tagged {beta.ref} has label "
+            "io.github.mnp-stacks.component.gamma='1.0' where its Dockerfile gives None; "
+            "rebuilding it") in project["log"]
+    labels = docker_client.images.get(beta.ref).labels
+    assert labels["io.github.mnp-stacks.component.beta"] == "1.0"
+    assert "io.github.mnp-stacks.component.gamma" not in labels
+    # Re-pointing the base-most layer onto its own parent is caught by the same check.
+    docker_client.images.get("debian:bookworm").tag(*alpha.ref.rsplit(":", 1))
+    _, statuses = run_build(docker_client, project, ["one"])
+    assert statuses[0] == ("alpha 1.0", "built")
+    assert "has label io.github.mnp-stacks.component.alpha=None where its Dockerfile gives '1.0'" \
+        in project["log"]

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import io
 import re
+import shlex
 import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
@@ -24,7 +26,7 @@ from rich.table import Table
 
 from matrix.errors import UserError
 from matrix.image import bootstrap, ca, engine
-from matrix.image.plan import Layer, Plan
+from matrix.image.plan import LABEL_PREFIX, Layer, Plan
 from matrix.model.settings import ROOT
 
 STATE = ROOT / ".mnp"
@@ -134,7 +136,7 @@ def _layer(client: docker.DockerClient, layer: Layer, results: dict[str, LayerRe
     parent = results.get(layer.parent)
     if parent is not None and parent.status in ("failed", "skipped"):
         result = LayerResult(layer, "skipped")
-    elif _exists(client, layer.ref):
+    elif _trusted(client, layer, reporter.console):
         result = LayerResult(layer, "cached")
     elif registry and _pull(client, layer, registry):
         result = LayerResult(layer, "pulled")
@@ -217,6 +219,57 @@ def _exists(client: docker.DockerClient, ref: str) -> bool:
         return True
     except ImageNotFound:
         return False
+
+
+def _trusted(client: docker.DockerClient, layer: Layer, console: Console) -> bool:
+    """Whether the image under the layer's content tag may stand for the layer.
+
+    A tag can be re-pointed by hand, a script or another tool; the tag alone proves nothing.
+    The image must carry exactly the project's labels (``io.github.mnp-stacks.*``) its parent
+    has plus those its Dockerfile sets, and its filesystem must start with its parent's layers.
+    When it does not, the layer is rebuilt (which re-points the tag) and a line says why.
+    """
+    try:
+        image = client.images.get(layer.ref)
+    except ImageNotFound:
+        return False
+    why = _mismatch(client, layer, image)
+    if why:
+        console.print(f"{layer.name}: the image tagged {layer.ref} {why}; rebuilding it",
+                      markup=False)
+    return not why
+
+
+def _mismatch(client: docker.DockerClient, layer: Layer, image: Any) -> str:
+    """What makes ``image`` not the one ``layer``'s Dockerfile builds ("" when nothing)."""
+    parent = client.images.get(layer.parent)
+    expected = {**_ours(parent.labels), **_ours(dockerfile_labels(layer.dockerfile))}
+    actual = _ours(image.labels)
+    for key in sorted(set(expected) | set(actual)):
+        if expected.get(key) != actual.get(key):
+            return (f"has label {key}={actual.get(key)!r} where its Dockerfile gives "
+                    f"{expected.get(key)!r}")
+    ours = (image.attrs.get("RootFS") or {}).get("Layers") or []
+    theirs = (parent.attrs.get("RootFS") or {}).get("Layers") or []
+    if ours[:len(theirs)] != theirs:
+        return f"is not built on its parent {layer.parent} (its layers do not start with the parent's)"
+    return ""
+
+
+def _ours(labels: dict[str, str] | None) -> dict[str, str]:
+    return {k: v for k, v in (labels or {}).items() if k.startswith(f"{LABEL_PREFIX}.")}
+
+
+def dockerfile_labels(dockerfile: str) -> dict[str, str]:
+    """The labels a Dockerfile's LABEL instructions set (``key=value`` pairs, shell-quoted)."""
+    labels: dict[str, str] = {}
+    for instruction in re.sub(r"\\\n", " ", dockerfile).splitlines():
+        words = instruction.strip().split(None, 1)
+        if len(words) == 2 and words[0].upper() == "LABEL":
+            for pair in shlex.split(words[1]):
+                key, _, value = pair.partition("=")
+                labels[key] = value
+    return labels
 
 
 def remote_ref(layer: Layer, registry: str) -> str:
