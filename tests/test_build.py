@@ -9,120 +9,16 @@ import io
 import json
 import tarfile
 import uuid
-from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from matrix.errors import UserError
-from matrix.image import build, ca
-from matrix.image.plan import plan
-from matrix.model.loader import load_matrix
+from matrix.image import ca
+from tests.build_project import project_files, run_build, stacks_text
 
 pytestmark = pytest.mark.docker
-
-TEMPLATE = """{% import "_macros.j2" as m %}
-FROM {{ parent }}
-{{ m.preamble(component, version) }}
-RUN echo "{{ component }} {{ version }}" > /layer-{{ component }}
-"""
-CA_TEMPLATE = """{% import "_macros.j2" as m %}
-FROM {{ parent }}
-{{ m.preamble(component, version) }}
-ARG MNP_CA_URL
-RUN {{ m.ca_begin() }}; \\
-    test -s /tmp/mnp-ca.pem && test "$PIP_CERT" = /tmp/mnp-ca.pem \\
- && sha256sum /tmp/mnp-ca.pem | cut -c1-64 > /ca-seen-during-build; \\
-    {{ m.ca_end() }}
-"""
-
-
-def stacks_text(repo: str, budget: str = "") -> str:
-    components = "\n".join(
-        f"  {name}:\n    description: test layer\n    versions:\n      \"1.0\": {{source: apt}}"
-        for name in ("alpha", "beta", "gamma", "delta", "withca"))
-    return f"""repository: {repo}
-bases:
-  debian-12:
-    image: debian:bookworm
-    os: debian12
-    provides: {{python: "3.11.2"}}
-components:
-{components}
-stacks:
-  one:
-    description: first
-    base: debian-12
-    instances: [c5n.18xlarge]
-    fabric: tcp
-{budget}    layers:
-      - alpha: "1.0"
-      - beta: "1.0"
-      - gamma: "1.0"
-  two:
-    description: shares alpha and beta with one
-    base: debian-12
-    instances: [c5n.18xlarge]
-    fabric: tcp
-    layers:
-      - alpha: "1.0"
-      - beta: "1.0"
-      - delta: "1.0"
-  ca:
-    description: downloads through the extra CA
-    base: debian-12
-    instances: [c5n.18xlarge]
-    fabric: tcp
-    layers:
-      - withca: "1.0"
-"""
-
-
-@pytest.fixture
-def project(tmp_path: Path, docker_client):
-    """A throwaway project: stacks file, templates, and a unique repository cleaned up after."""
-    from matrix.model.settings import IMAGES
-
-    repo = f"mnp-test-{uuid.uuid4().hex[:8]}"
-    images = tmp_path / "images"
-    images.mkdir()
-    (images / "_macros.j2").write_text((IMAGES / "_macros.j2").read_text())
-    (images / "_stack").mkdir()
-    (images / "_stack" / "Dockerfile.j2").write_text(
-        (IMAGES / "_stack" / "Dockerfile.j2").read_text())
-    for name in ("alpha", "beta", "gamma", "delta"):
-        (images / name).mkdir()
-        (images / name / "Dockerfile.j2").write_text(TEMPLATE)
-    (images / "withca").mkdir()
-    (images / "withca" / "Dockerfile.j2").write_text(CA_TEMPLATE)
-    stacks = tmp_path / "stacks.yaml"
-    stacks.write_text(stacks_text(repo))
-    yield {"stacks": stacks, "images": images, "repo": repo, "state": tmp_path / "state"}
-    remove_repository(docker_client, repo)
-
-
-def remove_repository(client, repo: str) -> None:
-    """Untag every image of ``repo``, newest first, so children go before their parents."""
-    from docker.errors import APIError
-
-    images = sorted(client.images.list(name=repo), key=lambda i: i.attrs["Created"], reverse=True)
-    for image in images:
-        for tag in image.tags:
-            with contextlib.suppress(APIError):
-                client.images.remove(tag)
-
-
-def run_build(client, project, names, **kwargs):
-    matrix = load_matrix(project["stacks"])
-    result = plan(matrix, names, images=project["images"], root=project["images"].parent)
-    out = io.StringIO()
-    console = Console(file=out, width=200, highlight=False)
-    try:
-        statuses = build.build(client, result, names, console=console, state=project["state"],
-                               **kwargs)
-    finally:
-        project["log"] = out.getvalue()
-    return result, [(r.layer.name, r.status) for r in statuses]
+project_fixture = pytest.fixture(name="project")(project_files)
 
 
 def test_second_build_builds_nothing(docker_client, project):
@@ -246,3 +142,75 @@ def test_debian_base_is_bootstrapped_when_missing(docker_client):
     finally:
         with contextlib.suppress(Exception):
             docker_client.images.remove(name)
+
+
+LAYER_TEST = "def test_alpha_marker(host):\n    assert host.file('{path}').exists\n"
+
+
+def test_failed_test_run_withdraws_the_pass_and_push_refuses(docker_client, project):
+    """Build, test (passes), break a layer test, test (fails): the push of that image refuses."""
+    from matrix.deploy.publish import RetryPolicy, push_stack
+    from matrix.image import testing, testrecord
+    from matrix.model.settings import IMAGES
+
+    (project["images"] / "conftest.py").write_text((IMAGES / "conftest.py").read_text())
+    test_file = project["images"] / "alpha" / "test_alpha.py"
+    test_file.write_text(LAYER_TEST.format(path="/layer-alpha"))
+    result, _ = run_build(docker_client, project, ["one"])
+    records = project["state"] / "test-results"
+    console = Console(file=io.StringIO(), width=200)
+
+    def test_and_push():
+        testing.run_stack_tests(docker_client, result, "one", console, records,
+                                images=project["images"])
+        # The gate is checked before the registry is contacted: no registry needed to refuse.
+        push_stack(docker_client, result.chains["one"], result.final_ref("one"), "one",
+                   "127.0.0.1:9", "0123abc", state_dir=records, log=lambda _: None,
+                   retry=RetryPolicy(attempts=1))
+
+    image_id = docker_client.images.get(result.final_ref("one")).id
+    with pytest.raises(UserError, match=r"checking 127\.0\.0\.1:9/"):  # passed: the gate lets it through
+        test_and_push()
+    assert testrecord.read_record(image_id, records).result == "passed"
+    test_file.write_text(LAYER_TEST.format(path="/not-there"))
+    with pytest.raises(UserError, match="stack one: tests failed in alpha 1.0"):
+        test_and_push()
+    assert testrecord.read_record(image_id, records).result == "failed"
+    with pytest.raises(UserError, match=r"stack one: image sha256:\w+ has no passing test"):
+        push_stack(docker_client, result.chains["one"], result.final_ref("one"), "one",
+                   "127.0.0.1:9", "0123abc", state_dir=records, log=lambda _: None)
+
+
+def test_test_results_path_that_is_a_file_is_one_line(docker_client, project):
+    from matrix.image import testing
+
+    result, _ = run_build(docker_client, project, ["one"])
+    project["state"].mkdir(exist_ok=True)
+    blocker = project["state"] / "test-results"
+    blocker.write_text("not a folder")
+    with pytest.raises(UserError, match=r"cannot write test records to .*test-results"):
+        testing.run_stack_tests(docker_client, result, "one", Console(file=io.StringIO()),
+                                blocker, images=project["images"])
+
+
+def test_re_pointed_content_tag_is_rebuilt_not_trusted(docker_client, project):
+    """A content tag moved to another image (here: beta's tag onto gamma's image, which carries
+    beta's label too and is built on alpha) is rebuilt, with a line saying why."""
+    result, _ = run_build(docker_client, project, ["one"])
+    alpha, beta, gamma, _ = result.chain("one")
+    repository, tag = beta.ref.rsplit(":", 1)
+    docker_client.images.get(gamma.ref).tag(repository, tag)
+    _, statuses = run_build(docker_client, project, ["one"])
+    assert statuses[:2] == [("alpha 1.0", "cached"), ("beta 1.0", "built")]
+    assert (f"beta 1.0: the image tagged {beta.ref} has label "
+            "io.github.mnp-stacks.component.gamma='1.0' where its Dockerfile gives None; "
+            "rebuilding it") in project["log"]
+    labels = docker_client.images.get(beta.ref).labels
+    assert labels["io.github.mnp-stacks.component.beta"] == "1.0"
+    assert "io.github.mnp-stacks.component.gamma" not in labels
+    # Re-pointing the base-most layer onto its own parent is caught by the same check.
+    docker_client.images.get("debian:bookworm").tag(*alpha.ref.rsplit(":", 1))
+    _, statuses = run_build(docker_client, project, ["one"])
+    assert statuses[0] == ("alpha 1.0", "built")
+    assert "has label io.github.mnp-stacks.component.alpha=None where its Dockerfile gives '1.0'" \
+        in project["log"]

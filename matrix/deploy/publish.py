@@ -13,19 +13,28 @@ equal the digest the engine reported. The final image must have passed its tests
 (:mod:`matrix.image.testrecord`) unless ``force`` is given. Transient registry failures are retried with
 exponential backoff; a registry that stays down ends the push with one :class:`UserError`, and
 running the push again later resumes where it stopped (finished tags are skipped).
+
+Every registry call goes through the engine, so a registry that accepts a blob upload and never
+answers shows up as an engine call with no progress: each call runs with a read timeout of
+``RetryPolicy.stall_s`` (per request and per streamed event, not per push), so a stall is a
+transient error like any other: retried, then one line naming the registry and what stalled.
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import docker
 import docker.errors
+import requests
+import urllib3
 from docker.utils import parse_repository_tag
 
 from matrix.deploy import ecr
@@ -47,12 +56,18 @@ _PERMANENT = re.compile(
 @dataclass(frozen=True)
 class RetryPolicy:
     """Exponential backoff for transient registry errors: ``attempts`` tries in all, waiting
-    ``first_delay_s``, then ``factor`` times longer each time, never more than ``max_delay_s``."""
+    ``first_delay_s``, then ``factor`` times longer each time, never more than ``max_delay_s``.
+
+    ``stall_s`` is how long one registry call may go without a byte of answer (a manifest
+    check, or the gap between two progress events of a push) before it counts as stalled; a
+    blob upload reports progress as it goes, so this bounds a silent wait, not an upload.
+    """
 
     attempts: int = 4
     first_delay_s: float = 2.0
     factor: float = 2.0
     max_delay_s: float = 30.0
+    stall_s: float = 120.0
 
     def delays(self) -> Iterable[float]:
         """The waits between attempts (``attempts - 1`` of them)."""
@@ -98,6 +113,16 @@ class PushResult:
         """Layer blobs uploaded in this run (0 when the registry already had everything)."""
         return sum(tag.blobs_pushed for tag in self.layers + self.final)
 
+    def summary(self) -> str:
+        """One line for the end of a push: counts, never the tag objects themselves."""
+        tags = self.layers + self.final
+        counts = {action: sum(tag.action == action for tag in tags)
+                  for action in ("pushed", "present", "kept")}
+        blobs = self.blobs_pushed
+        return (f"{self.stack}: {counts['pushed']} tag(s) pushed, {counts['present']} already "
+                f"present, {counts['kept']} kept; {blobs} new blob{'s' if blobs != 1 else ''} "
+                f"sent to {self.registry}; image: {self.image_digest_uri}")
+
     @property
     def image_digest_uri(self) -> str | None:
         """The pushed final image by digest (``registry/repo@sha256:...``), for job definitions.
@@ -114,6 +139,30 @@ class PushResult:
 
 class _Transient(Exception):
     """A registry error worth retrying (connection refused, 5xx, timeouts...)."""
+
+
+# What a call through the engine raises when it gets no answer in time or loses its connection.
+_NO_ANSWER = (requests.exceptions.RequestException, urllib3.exceptions.HTTPError,
+              http.client.HTTPException, ConnectionError, TimeoutError)
+
+
+@contextlib.contextmanager
+def _stall_timeout(client: docker.DockerClient, seconds: float) -> Iterator[None]:
+    """Run engine calls with a read timeout of ``seconds`` (docker-py reads ``api.timeout`` per
+    request and applies it to every read of a streamed answer)."""
+    saved = client.api.timeout
+    client.api.timeout = seconds
+    try:
+        yield
+    finally:
+        client.api.timeout = saved
+
+
+def _stalled(exc: BaseException, base: str, doing: str, seconds: float) -> _Transient:
+    """A transient error naming the registry and what stalled."""
+    kind = "stalled" if "timed out" in str(exc).lower() else "lost the connection"
+    return _Transient(f"registry {base} {kind} while {doing} (no answer within {seconds:g} s: "
+                      f"{type(exc).__name__})")
 
 
 class _TagExists(Exception):
@@ -192,38 +241,55 @@ def _classify(message: str) -> Exception:
     return _Transient(message)
 
 
-def _remote_digest(client: docker.DockerClient, ref: str, target: _Target) -> str | None:
+def _remote_digest(client: docker.DockerClient, ref: str, target: _Target,
+                   stall_s: float = RetryPolicy.stall_s) -> str | None:
     """The registry's manifest digest for ``ref``, or None when the tag does not exist."""
     try:
-        return client.images.get_registry_data(ref, auth_config=target.auth_config).id
+        with _stall_timeout(client, stall_s):
+            return client.images.get_registry_data(ref, auth_config=target.auth_config).id
     except docker.errors.NotFound:
         return None
     except docker.errors.APIError as exc:
         raise _classify(str(exc.explanation or exc)) from None
+    except _NO_ANSWER as exc:
+        raise _stalled(exc, target.base, f"reading the manifest of {ref}", stall_s) from None
 
 
 def _push_once(
-    client: docker.DockerClient, remote_repo: str, tag: str, target: _Target
+    client: docker.DockerClient, remote_repo: str, tag: str, target: _Target,
+    stall_s: float = RetryPolicy.stall_s,
 ) -> tuple[str, int]:
     """Push ``remote_repo:tag`` once; (digest the engine reported, blobs uploaded)."""
     digest, blobs = None, 0
     try:
-        stream = client.images.push(
-            remote_repo, tag=tag, stream=True, decode=True, auth_config=target.auth_config
-        )
-        for event in stream:
-            if "error" in event:
-                detail = event.get("errorDetail", {}).get("message") or event["error"]
-                raise _classify(str(detail))
-            if event.get("status") == "Pushed":
-                blobs += 1
-            aux = event.get("aux") or {}
-            if aux.get("Digest") and aux.get("Tag") == tag:
-                digest = aux["Digest"]
+        with _stall_timeout(client, stall_s):
+            digest, blobs = _push_events(client, remote_repo, tag, target)
     except docker.errors.APIError as exc:
         raise _classify(str(exc.explanation or exc)) from None
+    except _NO_ANSWER as exc:
+        raise _stalled(exc, target.base, f"pushing {remote_repo}:{tag}", stall_s) from None
     if digest is None:
         raise _Transient(f"push of {remote_repo}:{tag} ended without a digest")
+    return digest, blobs
+
+
+def _push_events(
+    client: docker.DockerClient, remote_repo: str, tag: str, target: _Target
+) -> tuple[str | None, int]:
+    """Stream one push's events; (digest the engine reported or None, blobs uploaded)."""
+    digest, blobs = None, 0
+    stream = client.images.push(
+        remote_repo, tag=tag, stream=True, decode=True, auth_config=target.auth_config
+    )
+    for event in stream:
+        if "error" in event:
+            detail = event.get("errorDetail", {}).get("message") or event["error"]
+            raise _classify(str(detail))
+        if event.get("status") == "Pushed":
+            blobs += 1
+        aux = event.get("aux") or {}
+        if aux.get("Digest") and aux.get("Tag") == tag:
+            digest = aux["Digest"]
     return digest, blobs
 
 
@@ -263,7 +329,8 @@ def _push_tag(
     ref = f"{remote_repo}:{tag}"
 
     def registry_digest(doing: str) -> str | None:
-        return _retrying(lambda: _remote_digest(client, ref, target), f"{doing} {ref}", policy, log)
+        return _retrying(lambda: _remote_digest(client, ref, target, policy.stall_s),
+                         f"{doing} {ref}", policy, log)
 
     existing = registry_digest("checking")
     if existing is not None and _holds(image, remote_repo, existing, content_tag=content_tag):
@@ -272,7 +339,8 @@ def _push_tag(
     image.tag(remote_repo, tag)
     try:
         digest, blobs = _retrying(
-            lambda: _push_once(client, remote_repo, tag, target), f"pushing {ref}", policy, log
+            lambda: _push_once(client, remote_repo, tag, target, policy.stall_s),
+            f"pushing {ref}", policy, log,
         )
     except _TagExists:
         current = registry_digest("checking")
@@ -370,4 +438,5 @@ def push_stack(
         result.final.append(
             _push_tag(client, final_image, remote, tag, target, policy, log, content_tag=False)
         )
+    log(result.summary())
     return result

@@ -10,18 +10,21 @@ with a line saying what failed and how to provide the image.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
 
 import docker
-from docker.errors import APIError, ContainerError, ImageNotFound
+from docker.errors import APIError, ImageNotFound
 
 from matrix.errors import UserError
-from matrix.image.engine import apt_install
+from matrix.image.engine import ENGINE_FAULTS, apt_install
 from matrix.model.entities import Base
 
 # What the official Debian images configure for container builds, file by file: the
@@ -93,9 +96,9 @@ def bootstrap(client: docker.DockerClient, base: Base) -> None:
                    f"--customize-hook=sync-in {config} /",
                    f"--customize-hook={_CLEAN_HOOK}",
                    spec["suite"], str(tarball), spec["mirror"]]
-        proc = subprocess.run(command, capture_output=True, text=True, check=False)
-        if proc.returncode:
-            tail = " ".join((proc.stderr or proc.stdout).strip().splitlines()[-2:])
+        returncode, output = _run_mmdebstrap(command, Path(tmp) / "mmdebstrap.log")
+        if returncode:
+            tail = " ".join(output.strip().splitlines()[-2:])
             raise UserError(f"bootstrapping base {base.name} with mmdebstrap failed: {tail}")
         repository, tag = _split(base.image)
         # A file path makes docker-py send the tar with a Content-Length; its stream variant
@@ -104,6 +107,43 @@ def bootstrap(client: docker.DockerClient, base: Base) -> None:
                                 changes=['CMD ["bash"]'])
     if not _local(client, base.image):
         raise UserError(f"importing the bootstrapped base as {base.image} failed")
+
+
+# How long mmdebstrap gets to clean up after SIGINT (unmount proc/sys/dev in its chroot, remove
+# its /tmp/mmdebstrap.* folder) before it is asked again with SIGTERM, then killed.
+CLEANUP_WAIT_S = 120.0
+
+
+def _run_mmdebstrap(command: list[str], log_file: Path) -> tuple[int, str]:
+    """Run mmdebstrap in its own process group; (exit status, its output).
+
+    On Ctrl-C (or any exception here) mmdebstrap's group gets SIGINT and we wait for it: its
+    signal handler unmounts what it mounted and removes its temporary chroot. Killing it first
+    (what ``subprocess.run`` does on KeyboardInterrupt) leaves ``/tmp/mmdebstrap.*`` behind,
+    with proc, sys and dev still mounted. The terminal's own SIGINT reaches only us, because the
+    child has its own group, so it is sent exactly once.
+    """
+    with log_file.open("w+", encoding="utf-8") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        try:
+            returncode = proc.wait()
+        except BaseException:
+            _stop_group(proc)
+            raise
+        log.seek(0)
+        return returncode, log.read()
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGINT to the child's group, wait; SIGTERM, wait; SIGKILL only as the last resort."""
+    for sig, wait_s in ((signal.SIGINT, CLEANUP_WAIT_S), (signal.SIGTERM, 30.0),
+                        (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=wait_s)
+            return
 
 
 def recipe_digest(base: Base) -> str:
@@ -123,11 +163,15 @@ def _write_docker_config(root: Path) -> None:
 
 
 def _has_docker_config(client: docker.DockerClient, image: str) -> bool:
+    """Run the check in a container of ``image``; the container is removed whatever happens
+    (``containers.run(remove=True)`` leaves it behind when the engine refuses to start it)."""
+    container = client.containers.create(image, ["sh", "-c", _CHECK], entrypoint=[])
     try:
-        client.containers.run(image, ["sh", "-c", _CHECK], remove=True, entrypoint=[])
-        return True
-    except ContainerError:
-        return False
+        container.start()
+        return container.wait().get("StatusCode") == 0
+    finally:
+        with contextlib.suppress(*ENGINE_FAULTS):
+            container.remove(force=True)
 
 
 def _local(client: docker.DockerClient, image: str) -> bool:

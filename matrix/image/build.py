@@ -3,17 +3,21 @@
 A layer whose tag already exists locally is not rebuilt; one found in the configured registry is
 pulled instead. Each build streams through the Engine API (docker SDK, classic builder) with a
 status per step, its full log saved under ``.mnp/logs/``; a failure shows the log's tail, skips
-the layers above it and ends the run with a summary and a non-zero exit.
+the layers above it and ends the run with a summary and a non-zero exit. An engine that fails
+rather than answers (connection lost mid-stream, refused, a container it cannot start) ends the
+run at once with one line naming the engine, the layer and its log (:data:`engine.ENGINE_FAULTS`).
 """
 
 from __future__ import annotations
 
 import io
 import re
+import shlex
 import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
@@ -21,8 +25,8 @@ from rich.console import Console
 from rich.table import Table
 
 from matrix.errors import UserError
-from matrix.image import bootstrap, ca
-from matrix.image.plan import Layer, Plan
+from matrix.image import bootstrap, ca, engine
+from matrix.image.plan import LABEL_PREFIX, Layer, Plan
 from matrix.model.settings import ROOT
 
 STATE = ROOT / ".mnp"
@@ -64,10 +68,13 @@ class Reporter:
         else:
             self.console.print(f"  step {step}/{steps} {text[:110]}")
 
-    def done(self, result: LayerResult, index: int, total: int) -> None:
+    def stop(self) -> None:
         if self._status is not None:  # a spinner from start(); cached layers never start one
             self._status.stop()
             self._status = None
+
+    def done(self, result: LayerResult, index: int, total: int) -> None:
+        self.stop()
         detail = {"cached": "cached (tag exists)", "pulled": "pulled from registry",
                   "built": f"done in {result.seconds:.0f} s",
                   "failed": f"FAILED after {result.seconds:.0f} s",
@@ -84,24 +91,24 @@ def build(client: docker.DockerClient, plan: Plan, stacks: list[str], *,
     console = console or Console(highlight=False)
     bases = {base.name: base for base in (plan.matrix.stack(s).base for s in stacks)}
     for base in bases.values():
-        how = bootstrap.ensure_base(client, base, log=console.print)
+        try:
+            how = bootstrap.ensure_base(client, base, log=console.print)
+        except engine.ENGINE_FAULTS as exc:
+            raise engine.fault(client, exc, f"checking base image {base.image}") from None
         console.print(f"base {base.image}: {how}")
     layers = plan.order(stacks)
     reporter = Reporter(console)
     results: dict[str, LayerResult] = {}
     with ca.serve(ca_bundle) as ca_url:
         for index, layer in enumerate(layers, start=1):
-            parent = results.get(layer.parent)
-            if parent is not None and parent.status in ("failed", "skipped"):
-                result = LayerResult(layer, "skipped")
-            elif _exists(client, layer.ref):
-                result = LayerResult(layer, "cached")
-            elif registry and _pull(client, layer, registry):
-                result = LayerResult(layer, "pulled")
-            else:
-                reporter.start(index, len(layers), layer)
-                result = _one(client, layer, ca_url, reporter, state, no_cache)
-            _measure(client, result, results.get(layer.parent))
+            try:
+                result = _layer(client, layer, results, index, len(layers), registry, ca_url,
+                                reporter, state, no_cache)
+            except engine.ENGINE_FAULTS as exc:
+                raise engine.fault(client, exc, f"building layer {layer.name} ({layer.ref})",
+                                   f"log: {log_path(state, layer)}") from None
+            finally:
+                reporter.stop()
             results[layer.ref] = result
             reporter.done(result, index, len(layers))
             if result.status == "failed" and result.log:
@@ -114,19 +121,49 @@ def build(client: docker.DockerClient, plan: Plan, stacks: list[str], *,
     for stack in stacks:
         final = plan.layers[plan.chains[stack][-1]]
         repository, tag = plan.final_ref(stack).rsplit(":", 1)
-        client.api.tag(final.ref, repository, tag)
+        try:
+            client.api.tag(final.ref, repository, tag)
+        except engine.ENGINE_FAULTS as exc:
+            raise engine.fault(client, exc, f"tagging {plan.final_ref(stack)}") from None
         _check_budget(plan, stack, results[final.ref])
     return ordered
 
 
+def _layer(client: docker.DockerClient, layer: Layer, results: dict[str, LayerResult], index: int,
+           total: int, registry: str | None, ca_url: str, reporter: Reporter, state: Path,
+           no_cache: bool) -> LayerResult:
+    """Skip, reuse, pull or build one layer (engine faults propagate to :func:`build`)."""
+    parent = results.get(layer.parent)
+    if parent is not None and parent.status in ("failed", "skipped"):
+        result = LayerResult(layer, "skipped")
+    elif _trusted(client, layer, reporter.console):
+        result = LayerResult(layer, "cached")
+    elif registry and _pull(client, layer, registry):
+        result = LayerResult(layer, "pulled")
+    else:
+        reporter.start(index, total, layer)
+        result = _one(client, layer, ca_url, reporter, state, no_cache)
+    _measure(client, result, parent)
+    return result
+
+
+def log_path(state: Path, layer: Layer) -> Path:
+    """Where the build log of ``layer`` goes."""
+    return state / "logs" / f"{layer.tag}.log"
+
+
 def _one(client: docker.DockerClient, layer: Layer, ca_url: str, reporter: Reporter,
          state: Path, no_cache: bool) -> LayerResult:
-    log_path = state / "logs" / f"{layer.tag}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = log_path(state, layer)
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.open("w", encoding="utf-8").close()
+    except OSError as exc:
+        raise UserError(f"layer {layer.name}: cannot write its build log {log}: "
+                        f"{exc.strerror or exc} (move away what is there)") from None
     started = time.monotonic()
-    ok = _stream_build(client, layer, ca_url, reporter, log_path, no_cache)
-    return LayerResult(layer, "built" if ok else "failed", time.monotonic() - started,
-                       log=log_path)
+    ok = _stream_build(client, layer, ca_url, reporter, log, no_cache)
+    return LayerResult(layer, "built" if ok else "failed", time.monotonic() - started, log=log)
 
 
 def _stream_build(client: docker.DockerClient, layer: Layer, ca_url: str, reporter: Reporter,
@@ -153,6 +190,9 @@ def _stream_build(client: docker.DockerClient, layer: Layer, ca_url: str, report
         except APIError as exc:
             log.write(f"\nERROR: {exc.explanation or exc}\n")
             return False
+        except engine.ENGINE_FAULTS as exc:
+            log.write(f"\nERROR: the engine failed mid-build: {type(exc).__name__}: {exc}\n")
+            raise
     return _exists(client, layer.ref)
 
 
@@ -179,6 +219,57 @@ def _exists(client: docker.DockerClient, ref: str) -> bool:
         return True
     except ImageNotFound:
         return False
+
+
+def _trusted(client: docker.DockerClient, layer: Layer, console: Console) -> bool:
+    """Whether the image under the layer's content tag may stand for the layer.
+
+    A tag can be re-pointed by hand, a script or another tool; the tag alone proves nothing.
+    The image must carry exactly the project's labels (``io.github.mnp-stacks.*``) its parent
+    has plus those its Dockerfile sets, and its filesystem must start with its parent's layers.
+    When it does not, the layer is rebuilt (which re-points the tag) and a line says why.
+    """
+    try:
+        image = client.images.get(layer.ref)
+    except ImageNotFound:
+        return False
+    why = _mismatch(client, layer, image)
+    if why:
+        console.print(f"{layer.name}: the image tagged {layer.ref} {why}; rebuilding it",
+                      markup=False)
+    return not why
+
+
+def _mismatch(client: docker.DockerClient, layer: Layer, image: Any) -> str:
+    """What makes ``image`` not the one ``layer``'s Dockerfile builds ("" when nothing)."""
+    parent = client.images.get(layer.parent)
+    expected = {**_ours(parent.labels), **_ours(dockerfile_labels(layer.dockerfile))}
+    actual = _ours(image.labels)
+    for key in sorted(set(expected) | set(actual)):
+        if expected.get(key) != actual.get(key):
+            return (f"has label {key}={actual.get(key)!r} where its Dockerfile gives "
+                    f"{expected.get(key)!r}")
+    ours = (image.attrs.get("RootFS") or {}).get("Layers") or []
+    theirs = (parent.attrs.get("RootFS") or {}).get("Layers") or []
+    if ours[:len(theirs)] != theirs:
+        return f"is not built on its parent {layer.parent} (its layers do not start with the parent's)"
+    return ""
+
+
+def _ours(labels: dict[str, str] | None) -> dict[str, str]:
+    return {k: v for k, v in (labels or {}).items() if k.startswith(f"{LABEL_PREFIX}.")}
+
+
+def dockerfile_labels(dockerfile: str) -> dict[str, str]:
+    """The labels a Dockerfile's LABEL instructions set (``key=value`` pairs, shell-quoted)."""
+    labels: dict[str, str] = {}
+    for instruction in re.sub(r"\\\n", " ", dockerfile).splitlines():
+        words = instruction.strip().split(None, 1)
+        if len(words) == 2 and words[0].upper() == "LABEL":
+            for pair in shlex.split(words[1]):
+                key, _, value = pair.partition("=")
+                labels[key] = value
+    return labels
 
 
 def remote_ref(layer: Layer, registry: str) -> str:

@@ -7,6 +7,7 @@ background (the quick start and CI use this); anywhere else that is one clear er
 
 from __future__ import annotations
 
+import http.client
 import os
 import shutil
 import subprocess
@@ -14,11 +15,35 @@ import time
 from pathlib import Path
 
 import docker
+import requests
+import urllib3
 from docker.errors import DockerException
 
 from matrix.errors import UserError
 
 DOCKERD_LOG = Path("/var/log/mnp-dockerd.log")
+
+# What a call through docker-py raises when the engine fails rather than answers: its own errors
+# (APIError for a refusal), requests' connection errors (refused, reset, timed out),
+# urllib3's ProtocolError ("Connection broken: IncompleteRead") from a stream that stops
+# mid-chunk, http.client's errors under both, and the OSError of a socket that went away.
+ENGINE_FAULTS: tuple[type[BaseException], ...] = (
+    DockerException, requests.exceptions.RequestException, urllib3.exceptions.HTTPError,
+    http.client.HTTPException, ConnectionError)
+
+
+def where(client: docker.DockerClient) -> str:
+    """The engine's address as a user would write it (``unix:///var/run/docker.sock``)."""
+    adapter = getattr(client.api, "_custom_adapter", None)
+    path = getattr(adapter, "socket_path", None)
+    return f"unix://{path}" if path else str(client.api.base_url)
+
+
+def fault(client: docker.DockerClient, exc: BaseException, doing: str, after: str = "") -> UserError:
+    """One line for an engine that failed while ``doing`` something (no traceback)."""
+    return UserError(f"Docker engine at {where(client)} failed while {doing}: {_short(exc)}"
+                     f"{'; ' + after if after else ''}; run the command again once the engine "
+                     "answers")
 
 
 def connect(timeout: int = 600) -> docker.DockerClient:
@@ -96,6 +121,8 @@ def apt_install(*packages: str) -> None:
             raise UserError(f"`{' '.join(command)}` failed: {' '.join(tail)}")
 
 
-def _short(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return text[:160]
+def _short(exc: BaseException) -> str:
+    explanation = getattr(exc, "explanation", None)  # docker APIError: the engine's own words
+    text = str(explanation or exc).strip()
+    text = text.splitlines()[0] if text else type(exc).__name__
+    return f"{type(exc).__name__}: {text[:160]}"

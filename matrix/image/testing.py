@@ -3,8 +3,9 @@
 For every layer of a stack, ``images/<component>/test_*.py`` runs under pytest with testinfra's
 docker backend against a fresh container of the layer's own image (so a layer is tested before
 anything above it can hide a problem); the stack-level tests in ``images/_stack/`` run against the
-final image. Results are reported per layer, and a stack whose tests all pass is recorded by image
-ID (:mod:`matrix.image.testrecord`), which ``invoke push`` requires.
+final image. Results are reported per layer. Every run is recorded by the final image's ID
+(:mod:`matrix.image.testrecord`): ``started`` before the first test, then ``passed`` or
+``failed``, and ``invoke push`` requires the latest run of that image to have passed.
 """
 
 from __future__ import annotations
@@ -59,18 +60,39 @@ def layer_description(plan: Plan, stack: str, layer: Layer) -> dict:
 
 def run_stack_tests(client: docker.DockerClient, plan: Plan, stack: str,
                     console: Console | None = None,
-                    state: Path = testrecord.DEFAULT_STATE_DIR) -> list[LayerTests]:
-    """Test every layer of ``stack``; raises :class:`UserError` when any test fails."""
+                    state: Path = testrecord.DEFAULT_STATE_DIR,
+                    images: Path = IMAGES) -> list[LayerTests]:
+    """Test every layer of ``stack``; raises :class:`UserError` when any test fails.
+
+    The run is recorded for the final image as ``started`` first (so an interrupted run also
+    withdraws an earlier pass), then ``passed`` or ``failed``.
+    """
     console = console or Console(highlight=False)
-    results = []
     chain = plan.chain(stack)
-    for index, layer in enumerate(chain, start=1):
+    for layer in chain:
         try:
             client.images.get(layer.ref)
         except ImageNotFound:
             raise UserError(f"{layer.ref} is not built; run `invoke build --stack {stack}` "
                             "first") from None
-        files = test_files(layer.component)
+    final_id = client.images.get(chain[-1].ref).id
+    testrecord.record_start(final_id, stack, state)
+    results = _run_chain(client, plan, stack, chain, console, images)
+    _table(console, stack, results)
+    failed = [r for r in results if not r.ok]
+    if failed:
+        testrecord.record_failure(final_id, stack, state)
+        raise UserError(f"stack {stack}: tests failed in "
+                        f"{', '.join(r.layer.name for r in failed)}")
+    testrecord.record_pass(final_id, stack, state)
+    return results
+
+
+def _run_chain(client: docker.DockerClient, plan: Plan, stack: str, chain: list[Layer],
+               console: Console, images: Path) -> list[LayerTests]:
+    results = []
+    for index, layer in enumerate(chain, start=1):
+        files = test_files(layer.component, images)
         if not files:
             results.append(LayerTests(layer, note="no tests"))
             continue
@@ -80,13 +102,6 @@ def run_stack_tests(client: docker.DockerClient, plan: Plan, stack: str,
         console.print(f"[{index}/{len(chain)}] {layer.name}: {result.passed} passed, "
                       f"{result.failed} failed, {result.skipped} skipped "
                       f"in {result.seconds:.0f} s{' ' + result.note if result.note else ''}")
-    _table(console, stack, results)
-    failed = [r for r in results if not r.ok]
-    if failed:
-        raise UserError(f"stack {stack}: tests failed in "
-                        f"{', '.join(r.layer.name for r in failed)}")
-    final_id = client.images.get(chain[-1].ref).id
-    testrecord.record_pass(final_id, stack, state)
     return results
 
 

@@ -1,14 +1,17 @@
-"""Which image IDs passed their tests.
+"""The latest test run of each image ID: started, passed or failed.
 
-``invoke test`` calls :func:`record_pass` after a stack's tests pass; ``invoke push`` asks
-:func:`has_passed` before publishing. The record is keyed by the image ID (the digest of the
-image's config, ``sha256:...``), so rebuilding a stack into a different image invalidates it:
-only the exact image that was tested can be pushed without ``--force``.
+``invoke test`` records a run as ``started`` before its first layer test, then ``passed`` or
+``failed`` when it ends; ``invoke push`` asks :func:`has_passed` before publishing. The record is
+keyed by the image ID (the digest of the image's config, ``sha256:...``), so rebuilding a stack
+into a different image invalidates it, and it keeps only the *latest* run: a failed (or
+interrupted) run withdraws an earlier pass of the same image, so the gate follows the latest
+result, never the best one.
 
 One JSON file per image ID lives under ``state_dir`` (by default ``.mnp/test-results/`` in the
 project root), named after the ID's hex digest, e.g.::
 
-    .mnp/test-results/3f1c...e9.json   {"image_id": "sha256:3f1c...e9", "stack": "cpu-tcp", ...}
+    .mnp/test-results/3f1c...e9.json
+    {"image_id": "sha256:3f1c...e9", "stack": "cpu-tcp", "result": "failed", "at": "..."}
 """
 
 from __future__ import annotations
@@ -30,15 +33,23 @@ DEFAULT_STATE_DIR = PROJECT_ROOT / ".mnp" / "test-results"
 _IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
+RESULTS = ("started", "passed", "failed")
+
+
 @dataclass(frozen=True)
 class TestRecord:
-    """One passed test run: which image, which stack, when (UTC, ISO 8601)."""
+    """The latest test run of one image: which stack, its result, when (UTC, ISO 8601)."""
 
     __test__ = False  # not a pytest test class
 
     image_id: str
     stack: str
-    passed_at: str
+    result: str
+    at: str
+
+    @property
+    def passed(self) -> bool:
+        return self.result == "passed"
 
 
 def _record_path(image_id: str, state_dir: Path) -> Path:
@@ -48,20 +59,25 @@ def _record_path(image_id: str, state_dir: Path) -> Path:
     return Path(state_dir) / f"{image_id.split(':', 1)[1]}.json"
 
 
-def record_pass(image_id: str, stack: str, state_dir: Path = DEFAULT_STATE_DIR) -> None:
-    """Record that the image ``image_id`` (built for ``stack``) passed its tests.
+def record_run(image_id: str, stack: str, result: str,
+               state_dir: Path = DEFAULT_STATE_DIR) -> None:
+    """Record that the latest test run of ``image_id`` (built for ``stack``) is ``result``.
 
     The file is written atomically (temporary file + rename), so a concurrent reader never sees
-    a half-written record.
+    a half-written record. A state folder that cannot be written (a file in its place, no
+    permission) is one :class:`UserError` naming it.
     """
+    if result not in RESULTS:
+        raise ValueError(f"test result {result!r} is not one of {RESULTS}")
     path = _record_path(image_id, state_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    record = TestRecord(
-        image_id=image_id,
-        stack=stack,
-        passed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    )
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    record = TestRecord(image_id=image_id, stack=stack, result=result,
+                        at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    except OSError as exc:
+        raise UserError(f"cannot write test records to {state_dir}: {exc.strerror or exc} "
+                        "(it must be a folder; move away what is there)") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(asdict(record), handle, indent=2)
@@ -72,17 +88,41 @@ def record_pass(image_id: str, stack: str, state_dir: Path = DEFAULT_STATE_DIR) 
         raise
 
 
+def record_start(image_id: str, stack: str, state_dir: Path = DEFAULT_STATE_DIR) -> None:
+    """A test run of ``image_id`` begins: any earlier pass no longer counts."""
+    record_run(image_id, stack, "started", state_dir)
+
+
+def record_pass(image_id: str, stack: str, state_dir: Path = DEFAULT_STATE_DIR) -> None:
+    """The latest test run of ``image_id`` passed."""
+    record_run(image_id, stack, "passed", state_dir)
+
+
+def record_failure(image_id: str, stack: str, state_dir: Path = DEFAULT_STATE_DIR) -> None:
+    """The latest test run of ``image_id`` failed: the image may not be pushed."""
+    record_run(image_id, stack, "failed", state_dir)
+
+
 def read_record(image_id: str, state_dir: Path = DEFAULT_STATE_DIR) -> TestRecord | None:
-    """The record for ``image_id``, or None when there is none (or it is unreadable)."""
+    """The latest run of ``image_id``, or None when there is none (or it is unreadable).
+
+    A record written before runs were kept (``passed_at``, no ``result``) reads as a pass.
+    """
     path = _record_path(image_id, state_dir)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+        if "passed_at" in data and "result" not in data:
+            at = data.pop("passed_at")
+            data.update(result="passed", at=at)
         record = TestRecord(**data)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, AttributeError):
         return None
-    return record if record.image_id == image_id else None
+    if record.image_id != image_id or record.result not in RESULTS:
+        return None
+    return record
 
 
 def has_passed(image_id: str, state_dir: Path = DEFAULT_STATE_DIR) -> bool:
-    """True when the exact image ``image_id`` has a recorded test pass."""
-    return read_record(image_id, state_dir) is not None
+    """True when the latest recorded test run of the exact image ``image_id`` passed."""
+    record = read_record(image_id, state_dir)
+    return record is not None and record.passed

@@ -52,13 +52,18 @@ def test_push_then_push_again_sends_nothing(docker_client, chain, registry, stat
     assert first.image_digest_uri == f"{registry.host}/{chain.repo}@{first.layers[-1].digest}"
 
     offset = registry.log_size()
-    second = _push(docker_client, chain, registry, state_dir)
+    lines: list[str] = []
+    second = _push(docker_client, chain, registry, state_dir, log=lines.append)
 
     assert second.pushed == []
     assert second.blobs_pushed == 0
     assert {tag.action for tag in second.layers + second.final} == {"present"}
     assert _uploads(registry.requests_since(offset)) == []
     assert [tag.digest for tag in second.final] == [tag.digest for tag in first.final]
+    # The push ends with counts, not a list of TagPush objects.
+    assert lines[-1] == (f"tinystack: 0 tag(s) pushed, 4 already present, 0 kept; 0 new blobs "
+                         f"sent to {registry.host}; image: {second.image_digest_uri}")
+    assert first.summary().startswith("tinystack: 4 tag(s) pushed, 0 already present, 0 kept; ")
 
 
 def test_untested_image_is_refused(docker_client, chain, registry, state_dir):
@@ -128,13 +133,13 @@ def test_immutable_stack_tag_is_kept_not_fatal(
     record_pass(chain.image_id, chain.stack, state_dir)
     real_push_once = publish._push_once
 
-    def immutable_stack_tag(client, remote_repo, tag, target):
+    def immutable_stack_tag(client, remote_repo, tag, target, *rest):
         if tag == chain.stack:
             raise publish._TagExists(
                 f"tag invalid: The image tag '{tag}' already exists in the 'x' repository and "
                 "cannot be overwritten because the repository is immutable."
             )
-        return real_push_once(client, remote_repo, tag, target)
+        return real_push_once(client, remote_repo, tag, target, *rest)
 
     monkeypatch.setattr(publish, "_push_once", immutable_stack_tag)
     lines: list[str] = []
@@ -194,3 +199,25 @@ def test_registry_that_never_answers(docker_client, chain, state_dir, unused_por
             retry=FAST_RETRY,
             log=lambda line: None,
         )
+
+
+def test_registry_that_accepts_uploads_and_never_answers(
+    docker_client, chain, registry, state_dir
+):
+    """A stalled blob upload times out per request, is retried, then ends in one line."""
+    from tests.publish.stall_proxy import StallProxy
+
+    record_pass(chain.image_id, chain.stack, state_dir)
+    lines: list[str] = []
+    policy = RetryPolicy(attempts=2, first_delay_s=0.1, stall_s=5)
+    with StallProxy(registry.port) as proxy, pytest.raises(UserError) as failure:
+        push_stack(docker_client, chain.layer_refs, chain.final_ref, chain.stack, proxy.host, SHA,
+                   state_dir=state_dir, retry=policy, log=lines.append)
+    message = str(failure.value)
+    assert "\n" not in message
+    assert f"pushing {proxy.host}/{chain.repo}:" in message and "after 2 attempts" in message
+    assert f"registry {proxy.host} stalled while pushing" in message
+    assert "no answer within 5 s" in message
+    assert any("retrying" in line for line in lines)
+    assert proxy.stalled  # it really was the upload that got no answer
+    assert registry.manifest_digest(chain.repo, "tinystack") is None
