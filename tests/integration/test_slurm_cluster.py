@@ -113,3 +113,16 @@ def test_an_srun_mpi_pmix_task_is_a_rank(slurm):
         ("rank", "PMIX_RANK", "rank")] * 3
     assert sorted(t["extra"]["rank"] for t in found) == ["0 (PMIX_RANK)", "1 (PMIX_RANK)",
                                                          "2 (PMIX_RANK)"]
+
+
+def test_mpirun_inside_sbatch_reaches_every_node_without_ssh_or_hostfile(slurm):
+    """Open MPI reads the allocation (ras slurm) and starts its daemons with srun (plm slurm):
+    the path the entrypoint will take for a batch script."""
+    (slurm.share / "allreduce.py").write_text(ALLREDUCE.replace("; ", "\n"))
+    code, output = slurm.run("sbatch --wait -N3 -o /share/mpirun-%j.out --wrap "
+                             "'mpirun --allow-run-as-root python3 /share/allreduce.py'")
+    assert code == 0, output + slurm.logs()
+    job = re.search(r"Submitted batch job (\d+)", output).group(1)
+    lines = sorted(line for line in (slurm.share / f"mpirun-{job}.out").read_text().splitlines()
+                   if line.startswith("rank="))
+    assert lines == ["rank=0 size=3 sum=6", "rank=1 size=3 sum=6", "rank=2 size=3 sum=6"]
