@@ -11,7 +11,9 @@ as pyxis runs them on a cluster. Measured recipe (Slurm 22.05 on Debian 12):
 - ``libpmix-dev``: Slurm's ``mpi_pmix_v4.so`` dlopens the unversioned ``libpmix.so``, which only
   the -dev package ships; without it ``srun --mpi=pmix`` fails ("can not load PMIx library").
   Debian's Open MPI has no PMI-1/PMI-2 support, so ``--mpi=pmi2`` cannot work with it;
-- munge's key is generated when the package installs, so every container of the layer shares it.
+- munge's key is generated when the package installs, so every container of the layer shares it;
+- ``gpus_per_node``: GRES over fake ``/dev/nvidiaN`` (``mknod``, allowed by Docker's default
+  capabilities) gives tasks ``SLURM_GPUS_ON_NODE`` and ``CUDA_VISIBLE_DEVICES`` with no GPU.
 
 Containers are named ``mnp-slurm-<id>-<node>`` and carry the label ``mnp-test=1``; Slurm's node
 names (``slurmctl``, ``node1`` ...) are their host names and network aliases on a private bridge
@@ -62,7 +64,7 @@ SlurmdTimeout=30
 KillWait=5
 SlurmctldLogFile=/var/log/slurm/slurmctld.log
 SlurmdLogFile=/var/log/slurm/slurmd.log
-NodeName=node[1-{nodes}] CPUs=2 RealMemory=1000 State=UNKNOWN
+NodeName=node[1-{nodes}] CPUs=2 RealMemory=1000{gres} State=UNKNOWN
 PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
 
@@ -71,6 +73,12 @@ START = """\
 set -e
 mkdir -p /var/log/slurm /var/spool/slurmctld /var/spool/slurmd /run/munge
 chown munge:munge /run/munge
+# fake GPUs for GRES: character devices with NVIDIA's major number, nothing behind them
+i=0
+while [ "$i" -lt "${FAKE_GPUS:-0}" ]; do
+  [ -e /dev/nvidia$i ] || mknod /dev/nvidia$i c 195 $i
+  i=$((i+1))
+done
 su -s /bin/sh munge -c /usr/sbin/munged
 if [ "$1" = ctl ]; then exec /usr/sbin/slurmctld -D -i; else exec /usr/sbin/slurmd -D; fi
 """
@@ -96,7 +104,8 @@ class SlurmCluster:
     """``start()`` the controller and ``nodes`` compute nodes, ``wait_ready()``, then ``run``
     commands on the controller (the submit host) with ``srun``/``sbatch``; ``cleanup()``."""
 
-    def __init__(self, client, image: str, workdir: Path, nodes: int = 3) -> None:
+    def __init__(self, client, image: str, workdir: Path, nodes: int = 3,
+                 gpus_per_node: int = 0) -> None:
         self.client = client
         self.image = image
         self.nodes = [f"node{i + 1}" for i in range(nodes)]
@@ -105,7 +114,13 @@ class SlurmCluster:
         self.share = workdir / "share"
         self.etc.mkdir(parents=True)
         self.share.mkdir(parents=True)
-        (self.etc / "slurm.conf").write_text(SLURM_CONF.format(nodes=nodes))
+        self.gpus = gpus_per_node
+        conf = SLURM_CONF.format(nodes=nodes, gres=f" Gres=gpu:{self.gpus}" if self.gpus else "")
+        if self.gpus:  # Slurm's GRES over fake /dev/nvidiaN: SLURM_GPUS_ON_NODE and friends
+            conf = "GresTypes=gpu\n" + conf
+            (self.etc / "gres.conf").write_text(
+                f"NodeName=node[1-{nodes}] Name=gpu File=/dev/nvidia[0-{self.gpus - 1}]\n")
+        (self.etc / "slurm.conf").write_text(conf)
         (self.etc / "start.sh").write_text(START)
         self.containers: list = []
         self.network = client.networks.create(self.prefix, driver="bridge",
@@ -119,7 +134,8 @@ class SlurmCluster:
             self.image, [role], entrypoint=["/bin/sh", "/etc/slurm/start.sh"], detach=True,
             init=True, name=f"{self.prefix}-{name}", hostname=name,
             network=self.network.name, networking_config={self.network.name: endpoint},
-            volumes=volumes, labels={"mnp-test": "1"}, shm_size="256m")
+            volumes=volumes, labels={"mnp-test": "1"}, shm_size="256m",
+            environment={"FAKE_GPUS": str(self.gpus if role == "node" else 0)})
         self.containers.append(container)
         return container
 

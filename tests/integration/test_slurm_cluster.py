@@ -126,3 +126,22 @@ def test_mpirun_inside_sbatch_reaches_every_node_without_ssh_or_hostfile(slurm):
     lines = sorted(line for line in (slurm.share / f"mpirun-{job}.out").read_text().splitlines()
                    if line.startswith("rank="))
     assert lines == ["rank=0 size=3 sum=6", "rank=1 size=3 sum=6", "rank=2 size=3 sum=6"]
+
+
+def test_fake_gpus_reach_the_tasks_and_the_adapter(docker_client, cluster_image, tmp_path):
+    """A second cluster with GRES over fake /dev/nvidia0-1: Slurm hands each task its GPUs."""
+    image = slurm_image(docker_client, cluster_image)
+    cluster = SlurmCluster(docker_client, image, tmp_path, nodes=2, gpus_per_node=2)
+    try:
+        cluster.start()
+        cluster.wait_ready()
+        (cluster.share / "table.py").write_text(TABLE)
+        code, output = cluster.run("srun -N2 --gpus-per-node=2 sh -c "
+                                   "'echo gpus $SLURM_GPUS_ON_NODE $CUDA_VISIBLE_DEVICES; "
+                                   "python3 /share/table.py'")
+        assert code == 0, output + cluster.logs()
+        assert sorted(line for line in output.splitlines() if line.startswith("gpus")) == [
+            "gpus 2 0,1", "gpus 2 0,1"]
+        assert [t["extra"]["gpus on node"] for t in tables(output)] == ["2", "2"]
+    finally:
+        cluster.cleanup()
