@@ -89,10 +89,12 @@ def slurm_image(client, base: str) -> str:
     base_id = client.images.get(base).id
     digest = hashlib.sha256((base_id + LAYER).encode()).hexdigest()[:16]
     tag = f"mnp-test-slurm:{digest}"
+    from docker.errors import ImageNotFound
+
     try:
         client.images.get(tag)
         return tag
-    except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound: build it below
+    except ImageNotFound:
         pass
     # host network, as the project's builder: apt reaches the mirror the way the host does
     client.images.build(fileobj=io.BytesIO(LAYER.encode()), tag=tag, buildargs={"BASE": base},
