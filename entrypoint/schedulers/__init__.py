@@ -2,8 +2,10 @@
 node table that scheduler gives it. ``choose(env)`` picks one; ``plan`` uses its ``NodeTable``.
 
 Each module has ``NAME``, ``SOURCE`` (where its variables are documented), ``detect(env)`` (the
-variable it recognised itself from, or None) and ``table(env)`` (its ``NodeTable``; a bad value
-is one ``ConfigError`` line naming the variable). ``MNP_SCHEDULER`` names one and skips detection.
+variable it recognised itself from, or None), ``table(env)`` (its ``NodeTable``; a bad value
+is one ``ConfigError`` line naming the variable) and ``example(num_nodes, node_rank)`` (what
+that scheduler gives such a process, for ``invoke explain --scheduler``). ``MNP_SCHEDULER``
+names one and skips detection.
 
 - ``rank``: a launcher already made this process a rank (OMPI_COMM_WORLD_RANK, PMIX_RANK,
   PMI_RANK, LOCAL_RANK): run the command.

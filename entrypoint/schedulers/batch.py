@@ -8,7 +8,7 @@ an error; ``AWS_BATCH_JOB_NUM_NODES=1`` is a single node.
 """
 
 import ipaddress
-from typing import Mapping, Optional
+from typing import Dict, Mapping, Optional
 
 from ..config import ConfigError
 from .base import MAX_NODES, NodeTable, below, first, get, integer
@@ -62,3 +62,14 @@ def _main_address(env: Mapping[str, str], index: int) -> str:
     if parsed.is_loopback or parsed.is_unspecified or parsed.is_multicast:
         raise ConfigError(ADDRESS, "%s cannot be the main node's address" % addr)
     return str(parsed)
+
+
+def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:
+    """What Batch gives node ``node_rank`` of an MNP job (``invoke explain --scheduler``); the
+    main node's address is from TEST-NET-1 (RFC 5737)."""
+    env = {"AWS_BATCH_JOB_ID": "<job-id>#%d" % node_rank,
+           "AWS_BATCH_JOB_NODE_INDEX": str(node_rank), "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+           "AWS_BATCH_JOB_NUM_NODES": str(num_nodes)}
+    if node_rank:
+        env[ADDRESS] = "192.0.2.10"
+    return env

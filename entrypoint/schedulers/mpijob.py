@@ -9,7 +9,7 @@ at ``/root/.ssh``; the operator wires the nodes (DNS, hostfile, keys), the entry
 """
 
 import os
-from typing import List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from ..config import ConfigError
 from .base import MAX_NODES, NodeTable, first, get
@@ -88,3 +88,12 @@ def _hostfile_line(line: str, where: str, variable: str) -> Tuple[str, Optional[
             raise ConfigError(variable, "%s: %r is not a slot count 1-4096" % (where, count))
         return host, int(count)
     return host, None
+
+
+def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:
+    """What an Open MPI MPIJob's launcher pod gets (``node_rank`` is unused: the launcher is not
+    one of the workers); its hostfile exists only in the pod."""
+    return {"K_MPI_JOB_ROLE": "launcher", "OMPI_MCA_orte_default_hostfile": DEFAULT_HOSTFILE,
+            "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
+            "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
+            "OMPI_MCA_orte_set_default_slots": "1"}

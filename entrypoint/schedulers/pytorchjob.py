@@ -9,7 +9,7 @@ rank: Master 0, Worker i is i+1; ``PET_NODE_RANK`` too from release 1.9), ``PET_
 rendezvous. Kubernetes DNS names the pods, so the entrypoint wires nothing.
 """
 
-from typing import Mapping, Optional
+from typing import Dict, Mapping, Optional
 
 from .base import NodeTable, below, first, get, integer
 from .torchenv import endpoint, nnodes, slots
@@ -76,3 +76,12 @@ def _elastic(env: Mapping[str, str]) -> NodeTable:
     # No node rank and no main node: the rendezvous assigns ranks among MIN..MAX nodes.
     return NodeTable(NAME, "PET_RDZV_ENDPOINT", "peer", node_rank=None, num_nodes=bounds[1],
                      slots=per_node, extra=extra)
+
+
+def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:
+    """What a static PyTorchJob ``job`` (Master + ``num_nodes - 1`` Workers) gives the pod of
+    node rank ``node_rank`` (release-1.9 envvar.go, master.go; port 23456 is the default)."""
+    return {"MASTER_ADDR": "job-master-0", "PET_MASTER_ADDR": "job-master-0",
+            "MASTER_PORT": "23456", "PET_MASTER_PORT": "23456", "WORLD_SIZE": str(num_nodes),
+            "RANK": str(node_rank), "PET_NODE_RANK": str(node_rank),
+            "PET_NNODES": str(num_nodes), "PET_NPROC_PER_NODE": "auto", "PYTHONUNBUFFERED": "1"}

@@ -11,7 +11,7 @@ another launcher here would nest a job in every rank. The variable names which l
   PyTorchJob sets ``RANK`` per pod but never ``LOCAL_RANK``).
 """
 
-from typing import Mapping, Optional
+from typing import Dict, Mapping, Optional
 
 from .base import NodeTable, below, first, get, integer
 
@@ -45,3 +45,9 @@ def table(env: Mapping[str, str]) -> NodeTable:
     if row[3] and get(env, row[3]):
         extra["local rank"] = "%d (%s)" % (integer(env, row[3]), row[3])
     return NodeTable(NAME, name, "rank", node_rank=None, num_nodes=None, extra=extra)
+
+
+def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:
+    """Rank ``node_rank`` of an Open MPI job of ``num_nodes`` ranks."""
+    return {"OMPI_COMM_WORLD_RANK": str(node_rank), "OMPI_COMM_WORLD_SIZE": str(num_nodes),
+            "OMPI_COMM_WORLD_LOCAL_RANK": "0"}

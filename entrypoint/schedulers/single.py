@@ -1,6 +1,6 @@
 """A single node: no scheduler variables (a workstation, a plain Batch or Kubernetes job)."""
 
-from typing import Mapping, Optional
+from typing import Dict, Mapping, Optional
 
 from .base import NodeTable
 
@@ -14,3 +14,7 @@ def detect(env: Mapping[str, str]) -> Optional[str]:
 
 def table(env: Mapping[str, str]) -> NodeTable:
     return NodeTable(NAME, None, "single", node_rank=0, num_nodes=1)
+
+
+def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:
+    return {}

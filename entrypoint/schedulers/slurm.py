@@ -120,3 +120,18 @@ def table(env: Mapping[str, str]) -> NodeTable:
     _check_rank(env, rank, step, len(hosts))
     role = "single" if len(hosts) == 1 else ("main" if rank == 0 else "child")
     return NodeTable(NAME, detected, role, node_rank=rank, **common)
+
+
+def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:
+    """What ``srun -N<num_nodes> --ntasks-per-node=1`` gives the task on node ``node_rank``
+    (measured on Slurm 22.05), for ``invoke explain --scheduler``."""
+    hosts = "node[1-%d]" % num_nodes if num_nodes > 1 else "node1"
+    tasks = "1(x%d)" % num_nodes if num_nodes > 1 else "1"
+    return {
+        "SLURM_JOB_ID": "1234", "SLURM_STEP_ID": "0", "SLURM_NODEID": str(node_rank),
+        "SLURM_PROCID": str(node_rank), "SLURM_LOCALID": "0", "SLURM_NTASKS": str(num_nodes),
+        "SLURM_JOB_NODELIST": hosts, "SLURM_JOB_NUM_NODES": str(num_nodes),
+        "SLURM_STEP_NODELIST": hosts, "SLURM_STEP_NUM_NODES": str(num_nodes),
+        "SLURM_STEP_TASKS_PER_NODE": tasks, "SLURM_TASKS_PER_NODE": tasks,
+        "SLURMD_NODENAME": "node%d" % (node_rank + 1),
+    }

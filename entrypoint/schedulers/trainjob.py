@@ -6,7 +6,7 @@ The ``node`` container gets ``PET_NNODES``, ``PET_NPROC_PER_NODE`` (a number, or
 PyTorchJob there is no ``RANK``/``MASTER_ADDR``/``WORLD_SIZE``. DNS names the pods.
 """
 
-from typing import Mapping, Optional
+from typing import Dict, Mapping, Optional
 
 from ..config import ConfigError
 from .base import NodeTable, below, get, integer
@@ -45,3 +45,10 @@ def table(env: Mapping[str, str]) -> NodeTable:
     role = "single" if num == 1 else ("main" if rank == 0 else "child")
     return NodeTable(NAME, "PET_NODE_RANK", role, node_rank=rank, num_nodes=num,
                      main_address=host, slots=per_node, extra=extra)
+
+
+def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:
+    """What TrainJob ``tj`` gives the ``node`` container of node ``node_rank`` (torch plugin)."""
+    return {"PET_NNODES": str(num_nodes), "PET_NPROC_PER_NODE": "auto",
+            "PET_NODE_RANK": str(node_rank), "JOB_COMPLETION_INDEX": str(node_rank),
+            "PET_MASTER_ADDR": "tj-node-0-0.tj", "PET_MASTER_PORT": "29500"}

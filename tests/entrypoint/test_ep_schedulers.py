@@ -356,3 +356,16 @@ def test_long_host_lists_stay_one_short_line():
     hosts = [line for line in lines if line.startswith("hosts:")][0]
     assert hosts.endswith("n008, ... 192 more (200)")
     assert "slots per node (from the scheduler): 8(x199),4" in lines
+
+
+@pytest.mark.parametrize("name", schedulers.NAMES)
+@pytest.mark.parametrize("num_nodes, node_rank", [(1, 0), (2, 0), (2, 1), (4, 3)])
+def test_each_example_environment_is_recognised_by_its_own_adapter(name, num_nodes, node_rank):
+    """``example`` feeds ``invoke explain --scheduler``: it must be what ``choose`` reads back."""
+    env = schedulers.MODULES[name].example(num_nodes, node_rank)
+    table = schedulers.choose(env)
+    assert table.scheduler == name
+    if name in ("batch", "slurm", "pytorchjob", "trainjob"):
+        assert (table.node_rank, table.num_nodes) == (node_rank, num_nodes)
+        expected = "single" if num_nodes == 1 else ("main" if node_rank == 0 else "child")
+        assert table.role == expected
