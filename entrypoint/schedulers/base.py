@@ -1,0 +1,170 @@
+"""The scheduler adapters' shared base: the ``NodeTable`` each adapter returns, and strict readers.
+
+A ``NodeTable`` is what a scheduler tells one process about its job: which scheduler and from
+which variable, this node's role and rank, the node count, the main node's address, the hosts
+and slots when the scheduler names them, whether the entrypoint must wire the nodes itself
+(``rendezvous``: only AWS Batch, whose nodes learn nothing but the main node's address) and
+scheduler-specific facts in ``extra`` (hostfile path, elastic bounds, rendezvous endpoint ...).
+
+Roles: ``single`` (one node: launch here for this node), ``main`` / ``child`` (node rank 0 or
+Batch's main node / any other node of a multi-node job), ``peer`` (one of equal nodes whose
+ranks an elastic rendezvous assigns: torchrun with ``PET_RDZV_ENDPOINT``), ``launcher`` (starts
+the job over hosts the scheduler already wired: an MPIJob launcher, a Slurm batch script or
+``salloc`` shell),
+``worker`` (an MPIJob worker: waits to be reached over SSH) and ``rank`` (a launcher above already
+made this process one rank: run the command).
+"""
+
+from typing import Any, Dict, List, Mapping, Optional
+
+from ..config import ConfigError
+
+ROLES = ("single", "main", "child", "peer", "launcher", "worker", "rank")
+MAX_NODES = 10000  # as config.MAX_NODES: a typo cannot make a ten-million-line hostfile
+SHOWN_HOSTS = 8  # the dry run names this many hosts, then counts the rest
+
+
+class NodeTable(object):
+    """One process's view of its job, as a scheduler describes it. Plain attributes."""
+
+    FIELDS = ("scheduler", "detected_from", "role", "node_rank", "num_nodes", "main_rank",
+              "main_address", "hosts", "slots", "rendezvous", "extra")
+
+    def __init__(self, scheduler: str, detected_from: Optional[str], role: str,
+                 node_rank: Optional[int] = 0, num_nodes: Optional[int] = 1,
+                 main_address: Optional[str] = None, hosts: Optional[List[str]] = None,
+                 slots: Optional[List[int]] = None, rendezvous: bool = False,
+                 extra: Optional[Dict[str, str]] = None, main_rank: int = 0) -> None:
+        if role not in ROLES:
+            raise ValueError("unknown role %r" % role)
+        self.scheduler = scheduler
+        self.detected_from = detected_from  # the variable it was detected from; None: fallback
+        self.role = role
+        self.node_rank = node_rank  # None where the scheduler does not say (elastic, launcher)
+        self.num_nodes = num_nodes  # None where unknown (an MPIJob worker, a rank)
+        self.main_rank = main_rank  # Batch's AWS_BATCH_JOB_MAIN_NODE_INDEX; 0 elsewhere
+        self.main_address = main_address  # host name or address of the main node, if known
+        self.hosts = hosts  # every node's name, in rank order, where the scheduler lists them
+        self.slots = slots  # processes the scheduler set aside per host, aligned with hosts
+        self.rendezvous = rendezvous  # True: the entrypoint must wire the nodes (Batch)
+        self.extra = dict(extra or {})
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dict((name, getattr(self, name)) for name in self.FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NodeTable) and self.to_dict() == other.to_dict()
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __repr__(self) -> str:
+        return "NodeTable(%s)" % ", ".join("%s=%r" % kv for kv in sorted(self.to_dict().items()))
+
+    def lines(self) -> List[str]:
+        """The dry run's lines: scheduler and source, role, nodes, who wires them, extras."""
+        source = ("detected from %s" % self.detected_from if self.detected_from
+                  else "no scheduler variables")
+        out = ["scheduler: %s (%s)" % (self.scheduler, source), "role: %s" % self._role_text()]
+        if self.main_address:
+            out.append("main node: %s" % self.main_address)
+        if self.hosts is not None:
+            shown = ", ".join(self.hosts[:SHOWN_HOSTS])
+            more = len(self.hosts) - SHOWN_HOSTS
+            out.append("hosts: %s%s (%d)" % (shown, ", ... %d more" % more if more > 0 else "",
+                                             len(self.hosts)))
+        if self.slots is not None:
+            out.append("slots per node (from the scheduler): %s" % _compress(self.slots))
+        out.append("nodes wired by: %s" % self._wiring())
+        out.extend("%s: %s" % kv for kv in sorted(self.extra.items()))
+        return out
+
+    def _wiring(self) -> str:
+        if self.rendezvous:
+            return "the entrypoint (rendezvous with the main node)"
+        if self.role == "rank":
+            return "the launcher that started this rank"
+        if self.role == "single":
+            return "nothing to wire (one node)"
+        return "the scheduler"
+
+    def _role_text(self) -> str:
+        if self.role in ("main", "child") and self.num_nodes is not None:
+            return "%s (node %s of %d)" % (self.role, self.node_rank, self.num_nodes)
+        if self.role == "launcher" and self.num_nodes is not None:
+            return "launcher (starts the job on %d node(s))" % self.num_nodes
+        return self.role
+
+
+def _compress(values: List[int]) -> str:
+    """``[2, 2, 2, 1]`` -> ``2(x3),1``: Slurm's own short form, so long jobs stay one line."""
+    out = []
+    for value, group in _groups(values):
+        out.append("%d(x%d)" % (value, group) if group > 1 else str(value))
+    return ",".join(out)
+
+
+def _groups(values: List[int]) -> List[Any]:
+    runs = []  # type: List[List[int]]
+    for value in values:
+        if runs and runs[-1][0] == value:
+            runs[-1][1] += 1
+        else:
+            runs.append([value, 1])
+    return runs
+
+
+def get(env: Mapping[str, str], name: str) -> Optional[str]:
+    """The variable's value stripped, or None when unset or empty."""
+    value = env.get(name)
+    if value is None:
+        return None
+    value = value.strip()
+    return value or None
+
+
+def first(env: Mapping[str, str], *names: str) -> Optional[str]:
+    """The first of ``names`` that is set and not empty, or None."""
+    for name in names:
+        if get(env, name) is not None:
+            return name
+    return None
+
+
+def integer(env: Mapping[str, str], name: str, minimum: int = 0,
+            maximum: Optional[int] = None) -> int:
+    """A required non-negative integer; a bad or missing value is one ``ConfigError`` line."""
+    raw = get(env, name)
+    if raw is None:
+        raise ConfigError(name, "is not set")
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise ConfigError(name, "%r is not an integer" % raw) from None
+    if value < minimum:
+        raise ConfigError(name, "%d is below the minimum %d" % (value, minimum))
+    if maximum is not None and value > maximum:
+        raise ConfigError(name, "%d is above the maximum %d" % (value, maximum))
+    return value
+
+
+def optional_integer(env: Mapping[str, str], name: str, minimum: int = 0,
+                     maximum: Optional[int] = None) -> Optional[int]:
+    if get(env, name) is None:
+        return None
+    return integer(env, name, minimum, maximum)
+
+
+def below(name: str, value: int, limit_name: str, limit: int) -> None:
+    """A rank must be below its count: ``SLURM_NODEID: 3 is not below SLURM_NNODES=3``."""
+    if value >= limit:
+        raise ConfigError(name, "%d is not below %s=%d" % (value, limit_name, limit))
+
+
+def slots_value(env: Mapping[str, str], name: str) -> Optional[int]:
+    """A per-node process count that may also be a word (``auto``, ``gpu``: torchrun decides):
+    the integer, or None for a word. A negative or zero count is an error."""
+    raw = get(env, name)
+    if raw is None or not raw.lstrip("-").isdigit():
+        return None
+    return integer(env, name, minimum=1, maximum=4096)

@@ -1,0 +1,99 @@
+"""Kubeflow MPIJob v2beta1 (mpi-operator): a launcher pod runs mpirun over SSH to worker pods.
+
+Both roles get ``K_MPI_JOB_ROLE`` (``launcher`` or ``worker``) and the ConfigMap at ``/etc/mpi``.
+The launcher of an Open MPI job gets ``OMPI_MCA_orte_default_hostfile=/etc/mpi/hostfile`` (one
+``<job>-worker-<i>.<job>.<ns>.svc slots=N`` line per worker), ``OMPI_MCA_orte_keep_fqdn_hostnames``,
+``OMPI_MCA_plm_rsh_args`` and ``OMPI_MCA_orte_set_default_slots``; Intel MPI's launcher gets
+``I_MPI_HYDRA_HOST_FILE`` and MPICH's ``HYDRA_HOST_FILE`` (lines ``host:N``). SSH keys are a Secret
+at ``/root/.ssh``; the operator wires the nodes (DNS, hostfile, keys), the entrypoint does not.
+"""
+
+import os
+from typing import Dict, List, Mapping, Optional, Tuple
+
+from ..config import ConfigError
+from .base import MAX_NODES, NodeTable, first, get
+
+NAME = "mpijob"
+SOURCE = ("https://github.com/kubeflow/mpi-operator/blob/master/pkg/controller/"
+          "mpi_job_controller.go (launcher and worker env, hostfile ConfigMap)")
+ROLE = "K_MPI_JOB_ROLE"
+HOSTFILES = ("OMPI_MCA_orte_default_hostfile", "I_MPI_HYDRA_HOST_FILE", "HYDRA_HOST_FILE")
+DEFAULT_HOSTFILE = "/etc/mpi/hostfile"
+MAX_HOSTFILE_BYTES = 4 * 1024 * 1024
+
+
+def detect(env: Mapping[str, str]) -> Optional[str]:
+    return first(env, ROLE)
+
+
+def table(env: Mapping[str, str]) -> NodeTable:
+    role = (get(env, ROLE) or "").lower()
+    if role == "worker":
+        return NodeTable(NAME, ROLE, "worker", node_rank=None, num_nodes=None,
+                         extra={"sshd": "the launcher reaches this pod over SSH"})
+    if role != "launcher":
+        raise ConfigError(ROLE, "%r is not launcher or worker" % (get(env, ROLE) or ""))
+    name = first(env, *HOSTFILES)
+    path = get(env, name) if name else DEFAULT_HOSTFILE
+    extra = {"hostfile": "%s (%s)" % (path, name or "the operator's default path")}
+    hosts, slots = read_hostfile(path or DEFAULT_HOSTFILE, name or ROLE)
+    if hosts is None:
+        extra["hostfile"] += ": not readable here"
+        return NodeTable(NAME, ROLE, "launcher", node_rank=None, num_nodes=None, extra=extra)
+    return NodeTable(NAME, ROLE, "launcher", node_rank=None, num_nodes=len(hosts), hosts=hosts,
+                     slots=slots, extra=extra)
+
+
+def read_hostfile(path: str, variable: str) -> Tuple[Optional[List[str]], Optional[List[int]]]:
+    """Hosts and slots of an MPI hostfile (``host slots=N``, ``host:N`` or ``host``); ``(None,
+    None)`` when the file does not exist (a dry run away from the pod). Slots are None unless
+    every line gives them."""
+    if not os.path.isfile(path):
+        return None, None
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_HOSTFILE_BYTES + 1)
+    except (OSError, IOError) as exc:
+        raise ConfigError(variable, "cannot read %s: %s" % (ascii(path), exc.strerror)) from None
+    if len(data) > MAX_HOSTFILE_BYTES:
+        raise ConfigError(variable, "%s is larger than %d bytes" % (ascii(path), MAX_HOSTFILE_BYTES))
+    hosts, slots = [], []  # type: List[str], List[Optional[int]]
+    for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        host, count = _hostfile_line(line, "%s line %d" % (ascii(path), number), variable)
+        hosts.append(host)
+        slots.append(count)
+    if not hosts:
+        raise ConfigError(variable, "%s names no host" % ascii(path))
+    if len(hosts) > MAX_NODES:
+        raise ConfigError(variable, "%s names more than %d hosts" % (ascii(path), MAX_NODES))
+    if any(count is None for count in slots):
+        return hosts, None
+    return hosts, [int(count or 0) for count in slots]
+
+
+def _hostfile_line(line: str, where: str, variable: str) -> Tuple[str, Optional[int]]:
+    words = line.split()
+    host, count = words[0], None  # type: str, Optional[str]
+    if ":" in host:
+        host, count = host.split(":", 1)
+    for word in words[1:]:  # max_slots and other keys do not change what the launcher gets
+        if word.startswith("slots="):
+            count = word[len("slots="):]
+    if count is not None:
+        if not count.isdigit() or not 1 <= int(count) <= 4096:
+            raise ConfigError(variable, "%s: %r is not a slot count 1-4096" % (where, count))
+        return host, int(count)
+    return host, None
+
+
+def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:
+    """What an Open MPI MPIJob's launcher pod gets (``node_rank`` is unused: the launcher is not
+    one of the workers); its hostfile exists only in the pod."""
+    return {"K_MPI_JOB_ROLE": "launcher", "OMPI_MCA_orte_default_hostfile": DEFAULT_HOSTFILE,
+            "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
+            "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
+            "OMPI_MCA_orte_set_default_slots": "1"}

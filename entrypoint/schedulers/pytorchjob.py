@@ -1,0 +1,87 @@
+"""Kubeflow PyTorchJob (training-operator): static jobs with a Master replica, and elastic jobs.
+
+Static (a Master replica): every pod gets ``MASTER_ADDR``/``PET_MASTER_ADDR=<job>-master-0``,
+``MASTER_PORT``/``PET_MASTER_PORT`` (default 23456), ``WORLD_SIZE``, ``RANK`` (the pod's node
+rank: Master 0, Worker i is i+1; ``PET_NODE_RANK`` too from release 1.9), ``PET_NNODES`` and
+``PET_NPROC_PER_NODE``. Elastic (an ``elasticPolicy``): ``PET_RDZV_ENDPOINT``
+(``<job>-worker-0:<port>`` or the policy's host), ``PET_RDZV_BACKEND`` (default ``c10d``),
+``PET_NNODES=MIN:MAX``, ``PET_RDZV_ID``, ``PET_MAX_RESTARTS``; node ranks come from the
+rendezvous. Kubernetes DNS names the pods, so the entrypoint wires nothing.
+"""
+
+from typing import Dict, Mapping, Optional
+
+from .base import NodeTable, below, first, get, integer
+from .torchenv import endpoint, nnodes, slots
+
+NAME = "pytorchjob"
+SOURCE = ("https://github.com/kubeflow/training-operator/blob/release-1.9/pkg/controller.v1/"
+          "pytorch/envvar.go, master.go, elastic.go")
+STATIC = ("MASTER_ADDR", "RANK", "WORLD_SIZE")
+
+
+def detect(env: Mapping[str, str]) -> Optional[str]:
+    if get(env, "PET_RDZV_ENDPOINT") and get(env, "PET_NNODES"):
+        return "PET_RDZV_ENDPOINT"
+    if all(get(env, name) for name in STATIC):
+        return first(env, "PET_MASTER_ADDR", "MASTER_ADDR")
+    return None
+
+
+def table(env: Mapping[str, str]) -> NodeTable:
+    if get(env, "PET_RDZV_ENDPOINT"):
+        return _elastic(env)
+    return _static(env)
+
+
+def _static(env: Mapping[str, str]) -> NodeTable:
+    detected = detect(env) or "MASTER_ADDR"
+    rank_name = first(env, "PET_NODE_RANK") or "RANK"
+    rank = integer(env, rank_name)
+    bounds = nnodes(env)
+    if bounds is not None:
+        count_name, num = "PET_NNODES", bounds[1]
+    else:  # operators before PET_NNODES: WORLD_SIZE is the replica count
+        count_name, num = "WORLD_SIZE", integer(env, "WORLD_SIZE", minimum=1)
+    below(rank_name, rank, count_name, num)
+    addr_name = first(env, "PET_MASTER_ADDR") or "MASTER_ADDR"
+    host, port = endpoint(env, addr_name)
+    per_node, extra = slots(env, num)
+    port_name = first(env, "PET_MASTER_PORT", "MASTER_PORT")
+    if port_name:
+        extra["master port"] = str(integer(env, port_name, minimum=1, maximum=65535))
+    elif port is not None:
+        extra["master port"] = str(port)
+    role = "single" if num == 1 else ("main" if rank == 0 else "child")
+    return NodeTable(NAME, detected, role, node_rank=rank, num_nodes=num, main_address=host,
+                     slots=per_node, extra=extra)
+
+
+def _elastic(env: Mapping[str, str]) -> NodeTable:
+    host, port = endpoint(env, "PET_RDZV_ENDPOINT")
+    bounds = nnodes(env)
+    if bounds is None:
+        bounds = (1, 1)
+    per_node, extra = slots(env, bounds[1])
+    extra.update({
+        "rdzv endpoint": host + (":%d" % port if port else ""),
+        "rdzv backend": get(env, "PET_RDZV_BACKEND") or "c10d (torchrun's default here)",
+        "nnodes": "%d:%d" % bounds,
+    })
+    if get(env, "PET_MAX_RESTARTS"):
+        extra["max restarts"] = str(integer(env, "PET_MAX_RESTARTS"))
+    for name, label in (("PET_RDZV_ID", "rdzv id"), ("PET_RDZV_CONF", "rdzv conf")):
+        if get(env, name):
+            extra[label] = get(env, name) or ""
+    # No node rank and no main node: the rendezvous assigns ranks among MIN..MAX nodes.
+    return NodeTable(NAME, "PET_RDZV_ENDPOINT", "peer", node_rank=None, num_nodes=bounds[1],
+                     slots=per_node, extra=extra)
+
+
+def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:
+    """What a static PyTorchJob ``job`` (Master + ``num_nodes - 1`` Workers) gives the pod of
+    node rank ``node_rank`` (release-1.9 envvar.go, master.go; port 23456 is the default)."""
+    return {"MASTER_ADDR": "job-master-0", "PET_MASTER_ADDR": "job-master-0",
+            "MASTER_PORT": "23456", "PET_MASTER_PORT": "23456", "WORLD_SIZE": str(num_nodes),
+            "RANK": str(node_rank), "PET_NODE_RANK": str(node_rank),
+            "PET_NNODES": str(num_nodes), "PET_NPROC_PER_NODE": "auto", "PYTHONUNBUFFERED": "1"}

@@ -1,0 +1,20 @@
+"""A single node: no scheduler variables (a workstation, a plain Batch or Kubernetes job)."""
+
+from typing import Dict, Mapping, Optional
+
+from .base import NodeTable
+
+NAME = "single"
+SOURCE = "no scheduler variables: this node runs the whole job"
+
+
+def detect(env: Mapping[str, str]) -> Optional[str]:
+    return None  # the fallback: chosen when no other adapter detects itself
+
+
+def table(env: Mapping[str, str]) -> NodeTable:
+    return NodeTable(NAME, None, "single", node_rank=0, num_nodes=1)
+
+
+def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:
+    return {}

@@ -1,0 +1,54 @@
+"""Kubeflow TrainJob (Trainer v2, torch plugin): one JobSet pod per node, driven through ``PET_*``.
+
+The ``node`` container gets ``PET_NNODES``, ``PET_NPROC_PER_NODE`` (a number, or ``auto``),
+``PET_NODE_RANK`` (the Indexed Job's completion index) and, unless the trainer is torchtune,
+``PET_MASTER_ADDR=<trainjob>-node-0-0.<trainjob>`` and ``PET_MASTER_PORT=29500``. Unlike a
+PyTorchJob there is no ``RANK``/``MASTER_ADDR``/``WORLD_SIZE``. DNS names the pods.
+"""
+
+from typing import Dict, Mapping, Optional
+
+from ..config import ConfigError
+from .base import NodeTable, below, get, integer
+from .torchenv import endpoint, nnodes, slots
+
+NAME = "trainjob"
+SOURCE = ("https://github.com/kubeflow/trainer/blob/master/pkg/runtime/framework/plugins/torch/"
+          "torch.go; pkg/constants/constants.go (TorchEnv*)")
+
+
+def detect(env: Mapping[str, str]) -> Optional[str]:
+    if get(env, "PET_NODE_RANK") and get(env, "PET_NNODES"):
+        return "PET_NODE_RANK"
+    return None
+
+
+def table(env: Mapping[str, str]) -> NodeTable:
+    bounds = nnodes(env)
+    if bounds is None:
+        raise ConfigError("PET_NNODES", "is not set: a TrainJob node gets it from the trainer")
+    if bounds[0] != bounds[1]:
+        raise ConfigError("PET_NNODES", "%d:%d: a TrainJob has a fixed node count" % bounds)
+    num = bounds[1]
+    rank = integer(env, "PET_NODE_RANK")
+    below("PET_NODE_RANK", rank, "PET_NNODES", num)
+    per_node, extra = slots(env, num)
+    host = None
+    if get(env, "PET_MASTER_ADDR"):
+        host, port = endpoint(env, "PET_MASTER_ADDR")
+        if get(env, "PET_MASTER_PORT"):
+            port = integer(env, "PET_MASTER_PORT", minimum=1, maximum=65535)
+        if port is not None:
+            extra["master port"] = str(port)
+    if get(env, "JOB_COMPLETION_INDEX"):
+        extra["job completion index"] = get(env, "JOB_COMPLETION_INDEX") or ""
+    role = "single" if num == 1 else ("main" if rank == 0 else "child")
+    return NodeTable(NAME, "PET_NODE_RANK", role, node_rank=rank, num_nodes=num,
+                     main_address=host, slots=per_node, extra=extra)
+
+
+def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:
+    """What TrainJob ``tj`` gives the ``node`` container of node ``node_rank`` (torch plugin)."""
+    return {"PET_NNODES": str(num_nodes), "PET_NPROC_PER_NODE": "auto",
+            "PET_NODE_RANK": str(node_rank), "JOB_COMPLETION_INDEX": str(node_rank),
+            "PET_MASTER_ADDR": "tj-node-0-0.tj", "PET_MASTER_PORT": "29500"}

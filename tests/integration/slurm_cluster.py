@@ -1,0 +1,187 @@
+"""A real Slurm cluster in containers of the stack image, for tests: 1 slurmctld + N slurmd.
+
+The test-only layer adds Debian's ``slurm-wlm``, ``munge`` and ``libpmix-dev`` to the image under
+test (cpu-tcp), so ``srun`` tasks run inside the real image with the variables Slurm really sets,
+as pyxis runs them on a cluster. Measured recipe (Slurm 22.05 on Debian 12):
+
+- ``ProctrackType=proctrack/linuxproc`` and ``TaskPlugin=task/none``: no cgroup plugin, so the
+  containers need no extra capability and no privilege;
+- ``docker run --init``: slurmd double-forks slurmstepd and does not reap it; as PID 1 it would
+  leave one zombie per step;
+- ``libpmix-dev``: Slurm's ``mpi_pmix_v4.so`` dlopens the unversioned ``libpmix.so``, which only
+  the -dev package ships; without it ``srun --mpi=pmix`` fails ("can not load PMIx library").
+  Debian's Open MPI has no PMI-1/PMI-2 support, so ``--mpi=pmi2`` cannot work with it;
+- munge's key is generated when the package installs, so every container of the layer shares it;
+- ``gpus_per_node``: GRES over fake ``/dev/nvidiaN`` (``mknod``, allowed by Docker's default
+  capabilities) gives tasks ``SLURM_GPUS_ON_NODE`` and ``CUDA_VISIBLE_DEVICES`` with no GPU.
+
+Containers are named ``mnp-slurm-<id>-<node>`` and carry the label ``mnp-test=1``; Slurm's node
+names (``slurmctl``, ``node1`` ...) are their host names and network aliases on a private bridge
+network. ``cleanup`` removes what it created, nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import time
+import uuid
+from pathlib import Path
+
+LAYER = """\
+ARG BASE
+FROM ${BASE}
+# Test-only: a Slurm controller/compute node inside the stack image (tests/integration).
+RUN apt-get update \\
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
+      slurm-wlm munge libpmix-dev \\
+ && rm -rf /var/lib/apt/lists/* \\
+ && test -e /usr/lib/x86_64-linux-gnu/pmix2/lib/libpmix.so \\
+ && test -s /etc/munge/munge.key
+"""
+
+SLURM_CONF = """\
+ClusterName=mnp
+SlurmctldHost=slurmctl
+AuthType=auth/munge
+CryptoType=crypto/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/slurmd
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+MpiDefault=none
+ReturnToService=2
+SlurmctldTimeout=30
+SlurmdTimeout=30
+KillWait=5
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+NodeName=node[1-{nodes}] CPUs=2 RealMemory=1000{gres} State=UNKNOWN
+PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+"""
+
+START = """\
+#!/bin/sh
+set -e
+mkdir -p /var/log/slurm /var/spool/slurmctld /var/spool/slurmd /run/munge
+chown munge:munge /run/munge
+# fake GPUs for GRES: character devices with NVIDIA's major number, nothing behind them
+i=0
+while [ "$i" -lt "${FAKE_GPUS:-0}" ]; do
+  [ -e /dev/nvidia$i ] || mknod /dev/nvidia$i c 195 $i
+  i=$((i+1))
+done
+su -s /bin/sh munge -c /usr/sbin/munged
+if [ "$1" = ctl ]; then exec /usr/sbin/slurmctld -D -i; else exec /usr/sbin/slurmd -D; fi
+"""
+
+
+def slurm_image(client, base: str) -> str:
+    """The base image plus the Slurm layer, built once per base image (reused while cached)."""
+    base_id = client.images.get(base).id
+    digest = hashlib.sha256((base_id + LAYER).encode()).hexdigest()[:16]
+    tag = f"mnp-test-slurm:{digest}"
+    from docker.errors import ImageNotFound
+
+    try:
+        client.images.get(tag)
+        return tag
+    except ImageNotFound:
+        pass
+    # host network, as the project's builder: apt reaches the mirror the way the host does
+    client.images.build(fileobj=io.BytesIO(LAYER.encode()), tag=tag, buildargs={"BASE": base},
+                        network_mode="host", labels={"mnp-test": "1"}, rm=True, pull=False)
+    return tag
+
+
+class SlurmCluster:
+    """``start()`` the controller and ``nodes`` compute nodes, ``wait_ready()``, then ``run``
+    commands on the controller (the submit host) with ``srun``/``sbatch``; ``cleanup()``."""
+
+    def __init__(self, client, image: str, workdir: Path, nodes: int = 3,
+                 gpus_per_node: int = 0) -> None:
+        self.client = client
+        self.image = image
+        self.nodes = [f"node{i + 1}" for i in range(nodes)]
+        self.prefix = f"mnp-slurm-{uuid.uuid4().hex[:8]}"
+        self.etc = workdir / "etc-slurm"
+        self.share = workdir / "share"
+        self.etc.mkdir(parents=True)
+        self.share.mkdir(parents=True)
+        self.gpus = gpus_per_node
+        conf = SLURM_CONF.format(nodes=nodes, gres=f" Gres=gpu:{self.gpus}" if self.gpus else "")
+        if self.gpus:  # Slurm's GRES over fake /dev/nvidiaN: SLURM_GPUS_ON_NODE and friends
+            conf = "GresTypes=gpu\n" + conf
+            (self.etc / "gres.conf").write_text(
+                f"NodeName=node[1-{nodes}] Name=gpu File=/dev/nvidia[0-{self.gpus - 1}]\n")
+        (self.etc / "slurm.conf").write_text(conf)
+        (self.etc / "start.sh").write_text(START)
+        self.containers: list = []
+        self.network = client.networks.create(self.prefix, driver="bridge",
+                                              labels={"mnp-test": "1"})
+
+    def _start(self, name: str, role: str):
+        volumes = {str(self.etc): {"bind": "/etc/slurm", "mode": "ro"},
+                   str(self.share): {"bind": "/share", "mode": "rw"}}
+        endpoint = self.client.api.create_endpoint_config(aliases=[name])
+        container = self.client.containers.run(
+            self.image, [role], entrypoint=["/bin/sh", "/etc/slurm/start.sh"], detach=True,
+            init=True, name=f"{self.prefix}-{name}", hostname=name,
+            network=self.network.name, networking_config={self.network.name: endpoint},
+            volumes=volumes, labels={"mnp-test": "1"}, shm_size="256m",
+            environment={"FAKE_GPUS": str(self.gpus if role == "node" else 0)})
+        self.containers.append(container)
+        return container
+
+    def start(self) -> SlurmCluster:
+        self.controller = self._start("slurmctl", "ctl")
+        for node in self.nodes:
+            self._start(node, "node")
+        return self
+
+    def run(self, command: str, timeout: float = 120) -> tuple[int, str]:
+        """``sh -c command`` on the controller; ``(exit status, stdout+stderr)``."""
+        result = self.controller.exec_run(["timeout", f"{timeout:.0f}", "sh", "-c", command],
+                                          demux=False)
+        return result.exit_code, result.output.decode("utf-8", "replace")
+
+    def wait_ready(self, timeout: float = 90) -> float:
+        """Seconds until ``sinfo`` shows every node idle; raises with the daemons' logs."""
+        started = time.monotonic()
+        deadline = started + timeout
+        output = ""
+        while time.monotonic() < deadline:
+            code, output = self.run("sinfo -h -t idle -o %D", timeout=10)
+            if code == 0 and output.strip() == str(len(self.nodes)):
+                return time.monotonic() - started
+            time.sleep(0.5)
+        raise AssertionError(f"the Slurm cluster was not ready in {timeout:g}s (sinfo: "
+                             f"{output!r})\n{self.logs()}")
+
+    def logs(self, name: str | None = None) -> str:
+        out = []
+        for container in self.containers:
+            if name and not container.name.endswith("-" + name):
+                continue
+            try:
+                text = container.exec_run(["sh", "-c", "tail -n 30 /var/log/slurm/*.log"])[1]
+            except Exception:  # noqa: BLE001 - a container that exited has no exec
+                text = b"(not running)\n"
+            logs = container.logs(tail=20).decode("utf-8", "replace")
+            out.append(f"== {container.name}\n{logs}{text.decode('utf-8', 'replace')}")
+        return "\n".join(out)
+
+    def cleanup(self) -> None:
+        for container in self.containers:
+            with contextlib.suppress(Exception):  # already gone
+                container.remove(force=True)
+        with contextlib.suppress(Exception):
+            self.network.remove()
