@@ -122,22 +122,28 @@ def push(c, stack=None, registry=None, force=False, stacks=STACKS):
     deploy.push(stacks, stack, registry, force)
 
 
-@task(help={"stack": ONE["stack"], "nodes": "number of nodes", "instance_type": "e.g. p3dn.24xlarge",
+@task(help={"stack": ONE["stack"], "nodes": "number of nodes, 1 to 10000 (required)",
+            "instance_type": "e.g. p3dn.24xlarge (required)",
             "image_uri": "image by digest (default: the pushed digest of <repo>:<stack>, read from "
                          "a running Docker engine)",
             "secret_arn": "Secrets Manager ARN injected as MNP_SECRET",
             "execution_role_arn": "role Batch uses to read the secret",
-            "launcher": "mpirun, deepspeed, torchrun, torch.distributed.launch or none",
-            "output": "write JSON here",
-            "register": "call batch:RegisterJobDefinition", "stacks": HELP["stacks"]},
+            "launcher": "mpirun (default), deepspeed, torchrun, torch.distributed.launch or none",
+            "output": "write the JSON to this file (default: print it)",
+            "register": "call batch:RegisterJobDefinition",
+            "region": "AWS region for --register (default: the AWS configuration's)",
+            "profile": "AWS profile for --register (default: the AWS configuration's)",
+            "stacks": HELP["stacks"]},
       iterable=["stack"])
 @options.user_errors
 def jobdef(c, stack=None, nodes=None, instance_type=None, image_uri=None, secret_arn=None,
            execution_role_arn=None, launcher="mpirun", output=None, register=False,
-           stacks=STACKS):
-    """Write an AWS Batch multi-node job definition for a stack (validated with botocore)."""
+           region=None, profile=None, stacks=STACKS):
+    """Write an AWS Batch multi-node job definition for a stack (validated with botocore):
+    invoke jobdef --stack S --nodes N --instance-type T [...] -- CMD..."""
     deploy.jobdef(stacks, stack, nodes, instance_type, image_uri, secret_arn,
-               execution_role_arn, launcher, output, register)
+                  execution_role_arn, launcher, output, register,
+                  options.command_after_dashdash(sys.argv, c.remainder), region, profile)
 
 
 @task(help={"stack": ONE["stack"], "nodes": "number of nodes (containers), default 2",
