@@ -15,13 +15,9 @@ import sys
 
 import invoke
 
-from matrix.cli import catalog, deploy, images, options, suite
+from matrix.cli import catalog, deploy, images, options, suite, usage
 
 task = functools.partial(invoke.task, auto_shortflags=False)
-
-# `invoke plan cpu-tcp`: invoke would say "No idea what 'cpu-tcp' is!"; point at --stack instead.
-if sys.argv and sys.argv[0].rsplit("/", 1)[-1] in ("invoke", "inv", "__main__.py"):
-    options.argv_hint(sys.argv)
 
 STACKS = "stacks.yaml"
 HELP = {"stacks": "stacks file (default ./stacks.yaml)",
@@ -177,3 +173,12 @@ def explain(c, stack=None, instance_type=None, nodes="2", launcher="mpirun", jso
     invoke explain --stack S --instance-type T --nodes N [--launcher L] [--json] -- CMD..."""
     deploy.explain(stacks, stack, instance_type, nodes, launcher, json,
                 options.command_after_dashdash(sys.argv, c.remainder))
+
+
+# Read the command line before invoke's parser does, so that its messages ("No idea what
+# 'python3' is!") never reach a user: one line saying what to type instead, exit 2.
+if sys.argv and sys.argv[0].rsplit("/", 1)[-1] in ("invoke", "inv", "__main__.py", "mnp-stacks"):
+    usage.check(sys.argv, invoke.Collection.from_module(sys.modules[__name__]).to_contexts(),
+                with_command=("run", "explain", "jobdef"),
+                core=invoke.parser.ParserContext(args=invoke.Program().core_args()
+                                                 + invoke.Program().task_args()))

@@ -121,6 +121,33 @@ def test_did_you_mean(args, expected):
     assert expected in one_error_line(invoke(*args, env=NO_ENGINE), USAGE)
 
 
+@pytest.mark.parametrize("args, expected", [
+    # forgetting -- before the command: invoke said "No idea what 'python3' is!"
+    (["run", "--nodes", "2", "python3", "train.py"],
+     "the command goes after --: invoke run --nodes 2 -- python3 train.py"),
+    (["jobdef", "--nodes", "2", "python3", "-c", "print(1)"],
+     "the command goes after --: invoke jobdef --nodes 2 -- python3 -c print(1)"),
+    # an option without its value: "Flag <Argument: instance_type> needed value ..."
+    (["explain", "--instance-type"],
+     "--instance-type needs a value, e.g. invoke explain --instance-type c5n.18xlarge"),
+    (["jobdef", "--instance-type", "--nodes", "2"], "--instance-type needs a value"),
+    # invoke took a bare --stack as an empty list and planned the default stack
+    (["plan", "--stack"], "--stack needs a value, e.g. invoke plan --stack cpu-tcp"),
+    (["plan", "--stacks", "stacks.yaml", "--stack"], "--stack needs a value"),
+    # --json where a task has none: "No idea what '--json' is!"
+    (["matrix", "--json"], "invoke matrix has no option --json; --json is an option of: build, "
+                           "explain, plan, stacks (its options: --stacks)"),
+    (["jobdef", "--json"], "invoke jobdef has no option --json"),
+    (["plan", "--jsn"], "invoke plan has no option --jsn; did you mean --json?"),
+    (["build", "-t"], "invoke build has no option -t: options have no short forms"),
+    (["plna"], "no task named 'plna'; did you mean plan?"),
+])
+def test_invokes_own_parser_messages_never_reach_users(args, expected):
+    proc = invoke(*args, env=NO_ENGINE)
+    assert one_error_line(proc, USAGE).startswith(f"error: {expected}"), proc.stderr
+    assert "No idea" not in proc.stderr and "Argument" not in proc.stderr
+
+
 def test_a_stack_given_as_a_word_points_at_the_option():
     line = one_error_line(invoke("plan", "cpu-tcp"), USAGE)
     assert line == "error: stacks are given with --stack: invoke plan --stack cpu-tcp"
@@ -158,6 +185,21 @@ def test_a_file_without_default_stack_asks_for_one(tmp_path):
     (tmp_path / "stacks.yaml").write_text(text)
     line = one_error_line(invoke("plan", "--stacks", str(tmp_path / "stacks.yaml")), USAGE)
     assert "missing option --stack (or --all)" in line and "declares no default_stack" in line
+
+
+def test_many_rule_violations_are_whole_lines_and_a_count(tmp_path):
+    """Issue 16 item 10: the line used to be cut at 1000 characters in the middle of a rule."""
+    many = ", ".join(["p3.16xlarge", "c5n.18xlarge", "m5.24xlarge", "c6i.32xlarge",
+                      "hpc6a.48xlarge", "dl1.24xlarge", "p5.48xlarge", "p6-b200.48xlarge"])
+    text = (ROOT / "stacks.yaml").read_text().replace("    instances: [p3.16xlarge]\n",
+                                                      f"    instances: [{many}]\n")
+    (tmp_path / "stacks.yaml").write_text(text)
+    line = one_error_line(invoke("render", "--stacks", str(tmp_path / "stacks.yaml"), "--stack",
+                                 "cuda10.1-tcp"))
+    shown_items, _, rest = line.rpartition(" | ... and ")
+    assert re.fullmatch(r"\d+ more", rest), line[-200:]
+    for item in shown_items.split(" | "):  # each one whole: from its file:line to its fact
+        assert "stacks.yaml:" in item and item.endswith("]"), item[-120:]
 
 
 # --- paths written, lint ---------------------------------------------------------------------------

@@ -184,36 +184,6 @@ def command_after_dashdash(argv: Sequence[str], remainder: str) -> list[str]:
     return shlex.split(remainder)
 
 
-# Tasks with no --stack option (for the hint below).
-NO_STACK_TASKS = ("stacks", "lint", "matrix", "engine", "check")
-
-
-def argv_hint(argv: Sequence[str], stacks_file: str = "stacks.yaml") -> None:
-    """Before invoke parses: ``invoke plan cpu-tcp`` gets a hint instead of "No idea what ...".
-
-    Invoke takes a bare word after a task for another task's name. When that word is a stack
-    of ./stacks.yaml, the user meant ``--stack``: say so and exit 2 (a usage mistake).
-    """
-    words = list(argv[1:argv.index("--")] if "--" in argv else argv[1:])
-    bare = [(prev, word) for prev, word in zip(words, words[1:])
-            if not prev.startswith("-") and not word.startswith("-")]
-    if not bare:
-        return
-    try:
-        import yaml
-
-        data = yaml.safe_load(Path(stacks_file).read_text(encoding="utf-8"))
-        names = set((data or {}).get("stacks") or {})
-    except (OSError, ValueError, AttributeError, TypeError, yaml.YAMLError):
-        return
-    for task_name, word in bare:
-        if word in names:
-            hint = (f"invoke {task_name} takes no stack" if task_name in NO_STACK_TASKS
-                    else f"stacks are given with --stack: invoke {task_name} --stack {word}")
-            print(f"error: {hint}", file=sys.stderr)
-            sys.exit(UsageError.exit_code)
-
-
 # --- loading -------------------------------------------------------------------------------------
 
 def load(stacks_file: str) -> Matrix:
