@@ -15,13 +15,9 @@ import sys
 
 import invoke
 
-from matrix.cli import catalog, deploy, images, options, suite
+from matrix.cli import catalog, deploy, images, options, suite, usage
 
 task = functools.partial(invoke.task, auto_shortflags=False)
-
-# `invoke plan cpu-tcp`: invoke would say "No idea what 'cpu-tcp' is!"; point at --stack instead.
-if sys.argv and sys.argv[0].rsplit("/", 1)[-1] in ("invoke", "inv", "__main__.py"):
-    options.argv_hint(sys.argv)
 
 STACKS = "stacks.yaml"
 HELP = {"stacks": "stacks file (default ./stacks.yaml)",
@@ -122,22 +118,28 @@ def push(c, stack=None, registry=None, force=False, stacks=STACKS):
     deploy.push(stacks, stack, registry, force)
 
 
-@task(help={"stack": ONE["stack"], "nodes": "number of nodes", "instance_type": "e.g. p3dn.24xlarge",
+@task(help={"stack": ONE["stack"], "nodes": "number of nodes, 1 to 10000 (required)",
+            "instance_type": "e.g. p3dn.24xlarge (required)",
             "image_uri": "image by digest (default: the pushed digest of <repo>:<stack>, read from "
                          "a running Docker engine)",
             "secret_arn": "Secrets Manager ARN injected as MNP_SECRET",
             "execution_role_arn": "role Batch uses to read the secret",
-            "launcher": "mpirun, deepspeed, torchrun, torch.distributed.launch or none",
-            "output": "write JSON here",
-            "register": "call batch:RegisterJobDefinition", "stacks": HELP["stacks"]},
+            "launcher": "mpirun (default), deepspeed, torchrun, torch.distributed.launch or none",
+            "output": "write the JSON to this file (default: print it)",
+            "register": "call batch:RegisterJobDefinition",
+            "region": "AWS region for --register (default: the AWS configuration's)",
+            "profile": "AWS profile for --register (default: the AWS configuration's)",
+            "stacks": HELP["stacks"]},
       iterable=["stack"])
 @options.user_errors
 def jobdef(c, stack=None, nodes=None, instance_type=None, image_uri=None, secret_arn=None,
            execution_role_arn=None, launcher="mpirun", output=None, register=False,
-           stacks=STACKS):
-    """Write an AWS Batch multi-node job definition for a stack (validated with botocore)."""
+           region=None, profile=None, stacks=STACKS):
+    """Write an AWS Batch multi-node job definition for a stack (validated with botocore):
+    invoke jobdef --stack S --nodes N --instance-type T [...] -- CMD..."""
     deploy.jobdef(stacks, stack, nodes, instance_type, image_uri, secret_arn,
-               execution_role_arn, launcher, output, register)
+                  execution_role_arn, launcher, output, register,
+                  options.command_after_dashdash(sys.argv, c.remainder), region, profile)
 
 
 @task(help={"stack": ONE["stack"], "nodes": "number of nodes (containers), default 2",
@@ -171,3 +173,12 @@ def explain(c, stack=None, instance_type=None, nodes="2", launcher="mpirun", jso
     invoke explain --stack S --instance-type T --nodes N [--launcher L] [--json] -- CMD..."""
     deploy.explain(stacks, stack, instance_type, nodes, launcher, json,
                 options.command_after_dashdash(sys.argv, c.remainder))
+
+
+# Read the command line before invoke's parser does, so that its messages ("No idea what
+# 'python3' is!") never reach a user: one line saying what to type instead, exit 2.
+if sys.argv and sys.argv[0].rsplit("/", 1)[-1] in ("invoke", "inv", "__main__.py", "mnp-stacks"):
+    usage.check(sys.argv, invoke.Collection.from_module(sys.modules[__name__]).to_contexts(),
+                with_command=("run", "explain", "jobdef"),
+                core=invoke.parser.ParserContext(args=invoke.Program().core_args()
+                                                 + invoke.Program().task_args()))

@@ -26,15 +26,48 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     return f"; did you mean {close[0]}?" if close else ""
 
 
+# Several problems in one error line (rule violations) are joined with this separator.
+SEPARATOR = " | "
+# Exit statuses: a mistake in the command line (unknown or malformed option, a value out of
+# range, a name that is not in the stacks file or the instance table) is 2, as for a shell
+# builtin misused; what is understood but cannot be done (a rule violation, a plan with PROBLEM
+# lines, no engine, a failed build) is 1.
+EXIT_CANNOT = 1
+EXIT_USAGE = 2
+
+
+def shorten(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` within about ``limit`` characters: whole items (split on :data:`SEPARATOR`)
+    while they fit, then "... and N more"; one huge item is cut with its length said."""
+    if len(text) <= limit:
+        return text
+    items = text.split(SEPARATOR)
+    kept: list[str] = []
+    for item in items:
+        if len(SEPARATOR.join([*kept, item])) > limit:
+            break
+        kept.append(item)
+    if not kept:
+        return f"{text[:limit]}... ({len(text) - limit} more characters)"
+    return SEPARATOR.join(kept) + f"{SEPARATOR}... and {len(items) - len(kept)} more"
+
+
 class UserError(Exception):
     """A problem with the user's input or environment, printed as one line; exit status 1.
 
     The message is kept to one line whatever it quotes (a YAML key may hold a newline), and to
-    :data:`MAX_MESSAGE_CHARS` (a huge bad value must not flood the terminal).
+    about :data:`MAX_MESSAGE_CHARS` (a huge bad value must not flood the terminal; many rule
+    violations show the first whole and say how many more, see :func:`shorten`).
     """
+
+    exit_code = EXIT_CANNOT
 
     def __init__(self, message: str) -> None:
         text = str(message).replace("\r", "\\r").replace("\n", "\\n")
-        if len(text) > MAX_MESSAGE_CHARS:
-            text = f"{text[:MAX_MESSAGE_CHARS]}... ({len(text) - MAX_MESSAGE_CHARS} more characters)"
-        super().__init__(text)
+        super().__init__(shorten(text))
+
+
+class UsageError(UserError):
+    """A mistake in the command line itself (see :data:`EXIT_USAGE`): exit status 2."""
+
+    exit_code = EXIT_USAGE

@@ -35,8 +35,11 @@ def invoke(*args: str, env: dict[str, str] | None = None, cwd: Path = ROOT,
                           text=True, timeout=timeout, env=environment, check=False)
 
 
-def one_error_line(proc: subprocess.CompletedProcess) -> str:
-    assert proc.returncode == 1, (proc.returncode, proc.stdout[-500:], proc.stderr[-2000:])
+USAGE, CANNOT = 2, 1  # exit statuses: a mistake in the command line; what cannot be done
+
+
+def one_error_line(proc: subprocess.CompletedProcess, code: int = CANNOT) -> str:
+    assert proc.returncode == code, (proc.returncode, proc.stdout[-500:], proc.stderr[-2000:])
     assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -51,10 +54,41 @@ def one_error_line(proc: subprocess.CompletedProcess) -> str:
      "--nodes 'two': expected a whole number"),
     (["run", "--nodes", "x", "--", "true"], "--nodes 'x': expected a whole number"),
     (["run", "--nodes", "2", "--late-node", "first", "--", "true"], "--late-node 'first'"),
-    (["jobdef", "--nodes", "0", "--instance-type", "c5n.18xlarge"], "--nodes 0: must be at least 1"),
+    (["jobdef", "--nodes", "0", "--instance-type", "c5n.18xlarge"],
+     "--nodes 0: expected a whole number from 1 to 10000"),
 ])
 def test_integer_options_are_one_line(args, expected):
-    assert expected in one_error_line(invoke(*args, env=NO_ENGINE))
+    assert expected in one_error_line(invoke(*args, env=NO_ENGINE), USAGE)
+
+
+NODE_TASKS = {
+    "explain": ["explain", "--instance-type", "c5n.18xlarge"],
+    "jobdef": ["jobdef", "--instance-type", "c5n.18xlarge", "--image-uri",
+               "r@sha256:" + "a" * 64],
+    "run": ["run"],
+}
+
+
+@pytest.mark.parametrize("task", sorted(NODE_TASKS))
+@pytest.mark.parametrize("nodes, expected", [
+    ("0", "--nodes 0: expected a whole number from 1 to 10000 (the entrypoint's limit)"),
+    ("-1", "--nodes -1: expected a whole number from 1 to 10000"),
+    ("10001", "--nodes 10001: expected a whole number from 1 to 10000"),
+    ("1000000000", "--nodes 1000000000: expected a whole number from 1 to 10000"),
+    ("x", "--nodes 'x': expected a whole number, e.g. --nodes 2"),
+])
+def test_one_nodes_validator_and_one_exit_code_for_every_task(task, nodes, expected):
+    proc = invoke(*NODE_TASKS[task], "--nodes", nodes, "--", "true", env=NO_ENGINE)
+    assert one_error_line(proc, USAGE).startswith(f"error: {expected}")
+
+
+def test_above_batchs_default_node_limit_is_a_note_citing_aws():
+    proc = invoke("explain", "--instance-type", "c5n.18xlarge", "--nodes", "1001", env=NO_ENGINE)
+    assert proc.returncode == 0, proc.stderr
+    (note,) = proc.stderr.strip().splitlines()
+    assert note.startswith("note: --nodes 1001 is above AWS Batch's default limit of 1000 nodes")
+    assert "https://docs.aws.amazon.com/batch/latest/userguide/mnp-node-groups.html" in note
+    assert "1001 x c5n.18xlarge" in proc.stdout
 
 
 def test_integer_helper():
@@ -69,7 +103,7 @@ def test_integer_helper():
     (["push"], "missing option --registry"),
 ])
 def test_missing_options_are_named_as_options(args, expected):
-    line = one_error_line(invoke(*args, env=NO_ENGINE))
+    line = one_error_line(invoke(*args, env=NO_ENGINE), USAGE)
     assert expected in line
     assert "instance_type" not in line and "positional" not in line
 
@@ -84,13 +118,40 @@ def test_missing_options_are_named_as_options(args, expected):
     (["plan", "--stacks", "cpu-tcp"], "did you mean --stack cpu-tcp?"),
 ])
 def test_did_you_mean(args, expected):
-    assert expected in one_error_line(invoke(*args, env=NO_ENGINE))
+    assert expected in one_error_line(invoke(*args, env=NO_ENGINE), USAGE)
+
+
+@pytest.mark.parametrize("args, expected", [
+    # forgetting -- before the command: invoke said "No idea what 'python3' is!"
+    (["run", "--nodes", "2", "python3", "train.py"],
+     "the command goes after --: invoke run --nodes 2 -- python3 train.py"),
+    (["jobdef", "--nodes", "2", "python3", "-c", "print(1)"],
+     "the command goes after --: invoke jobdef --nodes 2 -- python3 -c print(1)"),
+    # an option without its value: "Flag <Argument: instance_type> needed value ..."
+    (["explain", "--instance-type"],
+     "--instance-type needs a value, e.g. invoke explain --instance-type c5n.18xlarge"),
+    (["jobdef", "--instance-type", "--nodes", "2"], "--instance-type needs a value"),
+    # invoke took a bare --stack as an empty list and planned the default stack
+    (["plan", "--stack"], "--stack needs a value, e.g. invoke plan --stack cpu-tcp"),
+    (["plan", "--stacks", "stacks.yaml", "--stack"], "--stack needs a value"),
+    # --json where a task has none: "No idea what '--json' is!"
+    (["matrix", "--json"], "invoke matrix has no option --json; --json is an option of: build, "
+                           "explain, plan, stacks (its options: --stacks)"),
+    (["jobdef", "--json"], "invoke jobdef has no option --json"),
+    (["plan", "--jsn"], "invoke plan has no option --jsn; did you mean --json?"),
+    (["build", "-t"], "invoke build has no option -t: options have no short forms"),
+    (["plna"], "no task named 'plna'; did you mean plan?"),
+])
+def test_invokes_own_parser_messages_never_reach_users(args, expected):
+    proc = invoke(*args, env=NO_ENGINE)
+    assert one_error_line(proc, USAGE).startswith(f"error: {expected}"), proc.stderr
+    assert "No idea" not in proc.stderr and "Argument" not in proc.stderr
 
 
 def test_a_stack_given_as_a_word_points_at_the_option():
-    line = one_error_line(invoke("plan", "cpu-tcp"))
+    line = one_error_line(invoke("plan", "cpu-tcp"), USAGE)
     assert line == "error: stacks are given with --stack: invoke plan --stack cpu-tcp"
-    assert one_error_line(invoke("lint", "cpu-mpi")) == "error: invoke lint takes no stack"
+    assert one_error_line(invoke("lint", "cpu-mpi"), USAGE) == "error: invoke lint takes no stack"
 
 
 # --- which stacks: default, --all, repeated --stack ------------------------------------------------
@@ -105,9 +166,10 @@ def test_default_stack_all_and_repeated_stack():
     assert plan_json()["stacks"] == ["cpu-tcp"]  # default_stack in stacks.yaml
     assert plan_json("--all")["stacks"] == ALL_STACKS
     assert plan_json("--stack", "cpu-mpi", "--stack", "cpu-tcp")["stacks"] == ["cpu-mpi", "cpu-tcp"]
-    assert "either --stack or --all" in one_error_line(invoke("plan", "--all", "--stack", "cpu-tcp"))
+    assert "either --stack or --all" in one_error_line(invoke("plan", "--all", "--stack", "cpu-tcp"),
+                                                        USAGE)
     assert "--stack given 2 times; this command takes one stack" in one_error_line(
-        invoke("ref", "--stack", "cpu-tcp", "--stack", "cpu-mpi"))
+        invoke("ref", "--stack", "cpu-tcp", "--stack", "cpu-mpi"), USAGE)
 
 
 def test_default_stack_must_name_a_stack(tmp_path):
@@ -121,8 +183,23 @@ def test_default_stack_must_name_a_stack(tmp_path):
 def test_a_file_without_default_stack_asks_for_one(tmp_path):
     text = (ROOT / "stacks.yaml").read_text().replace("default_stack: cpu-tcp\n", "")
     (tmp_path / "stacks.yaml").write_text(text)
-    line = one_error_line(invoke("plan", "--stacks", str(tmp_path / "stacks.yaml")))
+    line = one_error_line(invoke("plan", "--stacks", str(tmp_path / "stacks.yaml")), USAGE)
     assert "missing option --stack (or --all)" in line and "declares no default_stack" in line
+
+
+def test_many_rule_violations_are_whole_lines_and_a_count(tmp_path):
+    """Issue 16 item 10: the line used to be cut at 1000 characters in the middle of a rule."""
+    many = ", ".join(["p3.16xlarge", "c5n.18xlarge", "m5.24xlarge", "c6i.32xlarge",
+                      "hpc6a.48xlarge", "dl1.24xlarge", "p5.48xlarge", "p6-b200.48xlarge"])
+    text = (ROOT / "stacks.yaml").read_text().replace("    instances: [p3.16xlarge]\n",
+                                                      f"    instances: [{many}]\n")
+    (tmp_path / "stacks.yaml").write_text(text)
+    line = one_error_line(invoke("render", "--stacks", str(tmp_path / "stacks.yaml"), "--stack",
+                                 "cuda10.1-tcp"))
+    shown_items, _, rest = line.rpartition(" | ... and ")
+    assert re.fullmatch(r"\d+ more", rest), line[-200:]
+    for item in shown_items.split(" | "):  # each one whole: from its file:line to its fact
+        assert "stacks.yaml:" in item and item.endswith("]"), item[-120:]
 
 
 # --- paths written, lint ---------------------------------------------------------------------------
@@ -243,7 +320,8 @@ def test_the_command_after_dashdash_keeps_its_words():
 # --- jobdef without --image-uri --------------------------------------------------------------------
 
 def test_jobdef_without_an_engine_asks_for_the_image_uri():
-    proc = invoke("jobdef", "--nodes", "2", "--instance-type", "c5n.18xlarge", env=NO_ENGINE)
+    proc = invoke("jobdef", "--nodes", "2", "--instance-type", "c5n.18xlarge", "--", "python3",
+                  "train.py", env=NO_ENGINE)
     line = one_error_line(proc)
     assert "no Docker engine answers" in line and "pass --image-uri REPO@sha256:" in line
     assert "installing" not in proc.stdout and "starting dockerd" not in proc.stdout
@@ -252,7 +330,7 @@ def test_jobdef_without_an_engine_asks_for_the_image_uri():
 def test_jobdef_with_an_image_uri_needs_no_engine(tmp_path):
     uri = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cpu-tcp@sha256:" + "a" * 64
     proc = invoke("jobdef", "--nodes", "2", "--instance-type", "c5n.18xlarge", "--image-uri", uri,
-                  "--output", str(tmp_path / "jd.json"), env=NO_ENGINE)
+                  "--output", str(tmp_path / "jd.json"), "--", "python3", "train.py", env=NO_ENGINE)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "jd.json").read_text())["nodeProperties"]["numNodes"] == 2
 

@@ -13,6 +13,7 @@ import pytest
 from entrypoint import fabric, launchers
 from matrix.cli import deploy
 from matrix.deploy.explain import ExplainError, explain, parse_nodes
+from matrix.errors import UserError
 from matrix.model.instances import INSTANCE_TYPES
 from matrix.model.loader import load_matrix
 
@@ -110,9 +111,14 @@ def test_invoke_explain_json_from_the_command_line():
 
 
 def test_an_instance_outside_the_stack_is_explained_with_a_note():
-    plan = explain(MATRIX, "cpu-tcp", "p5.48xlarge", 2).plan
+    plan = explain(MATRIX, "cpu-tcp", "hpc6a.48xlarge", 2).plan
     assert any("not one of cpu-tcp's instances" in note for note in plan.notes)
-    assert plan.slots["count"] == 8
+
+
+def test_a_stack_without_cuda_on_a_gpu_instance_is_refused():
+    """cpu-tcp on p5 would ask Batch for 8 GPUs a node and use none (issue 16, item 8)."""
+    with pytest.raises(UserError, match="cannot use p5.48xlarge: it has no CUDA"):
+        explain(MATRIX, "cpu-tcp", "p5.48xlarge", 2)
 
 
 @pytest.mark.parametrize("stack,itype", [("cpu-tcp", "c5n.18xlarge"), ("cuda13.2-tcp", "g6e.48xlarge")])
@@ -135,15 +141,18 @@ def test_the_efa_installers_own_plugin_is_found():
     ("cuda11.7-efa", "p5.48xlarge", "p5-efa-minimums"),
     ("cuda12.1-efa", "p6-b200.48xlarge", None),
 ])
-def test_a_pair_jobdef_refuses_exits_2_with_its_line(stack, itype, rule):
-    with pytest.raises(ExplainError) as failure:
+def test_a_pair_jobdef_refuses_exits_1_with_its_line(stack, itype, rule):
+    """Understood but cannot be done: 1, as jobdef exits for the same pair (2 is for mistakes
+    in the command line)."""
+    with pytest.raises(UserError) as failure:
         explain(MATRIX, stack, itype, 2)
+    assert not isinstance(failure.value, ExplainError)
     assert f"stack {stack} cannot run on {itype}" in str(failure.value)
     assert rule is None or f"[rule {rule}]" in str(failure.value)
     proc = subprocess.run([sys.executable, "-m", "invoke", "explain", "--stack", stack,
                            "--instance-type", itype], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
-    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot run on" in lines[0], proc.stderr
 
@@ -175,3 +184,10 @@ def test_entrypoint_rdma_families_agree_with_the_instance_table():
     for name, row in INSTANCE_TYPES.items():
         if row.efa_interfaces and row.gpus:
             assert fabric.rdma_capable(name)[0] is row.efa_rdma_read, name
+
+
+@pytest.mark.parametrize("nodes", [0, -1, 10001, 1000000000])
+def test_explain_refuses_a_node_count_the_entrypoint_would_refuse(nodes):
+    """explain used to hand 10001 to the entrypoint's config loader and crash (issue 16)."""
+    with pytest.raises(ExplainError, match=f"--nodes {nodes}: expected a whole number from 1 to"):
+        explain(MATRIX, "cpu-tcp", "c5n.18xlarge", nodes)

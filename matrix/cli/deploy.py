@@ -10,6 +10,7 @@ from typing import Any
 
 from docker.errors import ImageNotFound
 
+from matrix.cli import options
 from matrix.cli.options import (
     LAUNCHERS,
     choose,
@@ -22,7 +23,7 @@ from matrix.cli.options import (
     shown,
     stack_list,
 )
-from matrix.errors import UserError
+from matrix.errors import EXIT_CANNOT, SEPARATOR, UsageError, UserError
 from matrix.image.plan import plan
 from matrix.model.entities import Matrix
 from matrix.model.settings import ROOT
@@ -51,33 +52,94 @@ def push(stacks_file: str, stacks: Any, registry: str | None, force: bool) -> No
     console.print(f"pushed {outcome.pushed} tag(s); image: {outcome.image_digest_uri}")
 
 
+JOB_COMMAND_EXAMPLE = "-- python3 train.py"
+
+
 def jobdef(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
            image_uri: str | None, secret_arn: str | None, execution_role_arn: str | None,
-           launcher: str, output: str | None, register: bool) -> dict[str, Any]:
+           launcher: str, output: str | None, register: bool, command: list[str],
+           region: str | None = None, profile: str | None = None) -> dict[str, Any]:
+    """Write (and with ``register`` register) the job definition. The training command is the
+    definition's ``command``, word for word: without one the image's default would run."""
     from matrix.deploy import jobdef as jd
     from matrix.model.instances import INSTANCE_TYPES
 
-    count = integer(require(nodes, "--nodes", "2"), "--nodes", minimum=1)
+    count = options.nodes(require(nodes, "--nodes", "2"))
     instance_type = choose(require(instance_type, "--instance-type", "c5n.18xlarge"),
                            INSTANCE_TYPES, "instance type", "--instance-type")
     launcher = choose(launcher, LAUNCHERS, "launcher", "--launcher")
+    if not command:
+        raise UsageError(f"give the training command after --, e.g. invoke jobdef --nodes "
+                         f"{count} --instance-type {instance_type} {JOB_COMMAND_EXAMPLE} (it "
+                         "becomes the job definition's command, word for word)")
+    target = _output_path(output) if output else None
     matrix = load(stacks_file)
     stack = one_stack(matrix, stacks)
     s = matrix.stack(stack)
     jd.check_pair(s, instance_type)  # before resolving the image: a bad pair needs no engine
+    _refuse_problems(matrix, stack, instance_type, count, launcher, command)
     uri = jd.pin_image(image_uri) if image_uri else _local_digest_uri(matrix, stack)
     definition = jd.definition_for_stack(s, count, instance_type, uri, secret_arn=secret_arn,
-                                         launcher=launcher, execution_role_arn=execution_role_arn)
+                                         launcher=launcher, execution_role_arn=execution_role_arn,
+                                         command=command)
     text = json.dumps(definition, indent=2)
-    if output:
-        Path(output).write_text(text + "\n", encoding="utf-8")
-        print(f"wrote {shown(Path(output))}")
+    # the AWS session first: a missing region or profile is said before anything is written
+    client = jd.batch_client_for(region, profile) if register else None
+    if target:
+        _write_atomically(target, text + "\n", output or "")
+        print(f"wrote {shown(target)}")
     else:
         print(text)
-    if register:
-        answer = jd.register_job_definition(definition)
+    if client is not None:
+        answer = jd.register_job_definition(definition, client)
         print(f"registered {answer.get('jobDefinitionArn', '?')}")
     return definition
+
+
+def _refuse_problems(matrix: Matrix, stack: str, instance_type: str, nodes: int, launcher: str,
+                     command: list[str]) -> None:
+    """The check ``invoke explain`` makes: a plan with PROBLEM lines stops every node at start,
+    so no job definition is written for it."""
+    from matrix.deploy import explain as ex
+
+    problems = ex.explain(matrix, stack, instance_type, nodes, launcher, command).plan.problems
+    if problems:
+        raise UserError(f"stack {stack} with launcher {launcher} on {nodes} x {instance_type}: "
+                        + SEPARATOR.join(problems) + " (a real run stops there; see invoke "
+                        f"explain --stack {stack} --instance-type {instance_type} --launcher "
+                        f"{launcher})")
+
+
+def _output_path(output: str) -> Path:
+    """``--output`` as a file whose folder exists (checked before anything is built)."""
+    path = Path(output)
+    if path.is_dir():
+        raise UsageError(f"--output {output}: a folder; give a file name, e.g. --output "
+                         f"{path / 'jobdef.json'}")
+    if not path.parent.is_dir():
+        raise UsageError(f"--output {output}: no folder {path.parent}; create it first or "
+                         "write somewhere else")
+    return path
+
+
+def _write_atomically(path: Path, text: str, option: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``: a
+    reader never sees half a file, and a failed write leaves the old one."""
+    import os
+    import tempfile
+
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise UserError(f"--output {option}: cannot write in {path.parent}: "
+                        f"{exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise UserError(f"--output {option}: cannot write it: {exc.strerror}") from None
 
 
 def _local_digest_uri(matrix: Matrix, stack: str) -> str:
@@ -106,11 +168,11 @@ def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
     from matrix.deploy import rehearse as rh
     from matrix.image import engine
 
-    count = integer(nodes, "--nodes", minimum=1)
+    count = options.nodes(nodes)
     late = None if late_node is None else integer(late_node, "--late-node")
     if not command:
-        raise UserError("give the job command after --, e.g. invoke run --stack cpu-tcp "
-                        "--nodes 3 -- python3 /opt/mnp/examples/allreduce.py")
+        raise UsageError("give the job command after --, e.g. invoke run --stack cpu-tcp "
+                         "--nodes 3 -- python3 /opt/mnp/examples/allreduce.py")
     matrix = load(stacks_file)
     stack = one_stack(matrix, stacks)
     result = plan(matrix, [stack])
@@ -125,37 +187,30 @@ def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
 
 def explain(stacks_file: str, stacks: Any, instance_type: str | None, nodes: Any, launcher: str,
             as_json: bool, command: list[str]) -> None:
-    """Print the main node's plan. An unknown stack, instance or launcher, a pair jobdef refuses,
-    or a bad --nodes, is one line on stderr and exit status 2 (the entrypoint's code for bad
-    settings); a plan with problems (a real run stops there) is printed and exits 1."""
+    """Print the main node's plan. A mistake in the command line (an unknown stack, instance or
+    launcher, a bad --nodes) is one line and exit status 2; a pair jobdef refuses is one line
+    and 1; a plan with problems (a real run stops there) is printed and exits 1."""
     from matrix.deploy import explain as ex
     from matrix.model.instances import INSTANCE_TYPES
 
     matrix = load(stacks_file)
     names = stack_list(stacks)
-    try:
-        if len(names) > 1:
-            raise ex.ExplainError(f"--stack given {len(names)} times; explain takes one stack")
-        stack = names[0] if names else default_stack(matrix)
-        if instance_type is None:
-            raise ex.ExplainError("missing option --instance-type (e.g. --instance-type p4d.24xlarge)")
-        # the three names a user types, worded as every other task words them (choose)
-        for option, what, value, known in (
-                ("--stack", "stack", stack, matrix.stacks),
-                ("--instance-type", "instance type", instance_type, INSTANCE_TYPES),
-                ("--launcher", "launcher", launcher, LAUNCHERS)):
-            try:
-                choose(str(value), known, what, option)
-            except UserError as exc:
-                raise ex.ExplainError(str(exc)) from None
-        result = ex.explain(matrix, stack, instance_type, ex.parse_nodes(nodes), launcher, command)
-    except ex.ExplainError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    if len(names) > 1:
+        raise UsageError(f"--stack given {len(names)} times; explain takes one stack")
+    stack = names[0] if names else default_stack(matrix)
+    require(instance_type, "--instance-type", "p4d.24xlarge")
+    count = options.nodes(nodes)
+    # the three names a user types, worded as every other task words them (choose)
+    for option, what, value, known in (
+            ("--stack", "stack", stack, matrix.stacks),
+            ("--instance-type", "instance type", instance_type, INSTANCE_TYPES),
+            ("--launcher", "launcher", launcher, LAUNCHERS)):
+        choose(str(value), known, what, option)
+    result = ex.explain(matrix, stack, str(instance_type), count, launcher, command)
     if as_json:
         print(result.json())
     else:
         print(result.text())
     if result.plan.problems:
         # a real run stops at these: a script or CI calling explain must see it fail
-        sys.exit(1)
+        sys.exit(EXIT_CANNOT)

@@ -25,8 +25,9 @@ from typing import Any, TypeVar
 
 from rich.console import Console
 
+from entrypoint import config as entrypoint_config
 from entrypoint import launchers as launcher_units
-from matrix.errors import UserError, did_you_mean, excerpt
+from matrix.errors import UsageError, UserError, did_you_mean, excerpt
 from matrix.model.entities import Matrix
 from matrix.model.loader import load_matrix
 from matrix.model.settings import GENERATED, ROOT
@@ -45,10 +46,21 @@ def make_console(stderr: bool = False) -> Console:
 console = make_console()
 LAUNCHERS = tuple(launcher_units.NAMES)  # MNP_LAUNCHER values: the entrypoint's launcher units
 BUILD_METADATA = ROOT / ".mnp" / "build-metadata.json"
+# --nodes: the entrypoint refuses more (AWS_BATCH_JOB_NUM_NODES, entrypoint/config.py), so no task
+# may accept more. AWS Batch's own default is lower, but AWS raises it on request, so above it
+# is a note, not an error: "You can have up to 1,000 nodes in a single job. This is the default
+# limit ... You can request to increase this limit." (AWS Batch User Guide, "Node groups",
+# https://docs.aws.amazon.com/batch/latest/userguide/mnp-node-groups.html).
+MAX_NODES = entrypoint_config.MAX_NODES
+BATCH_DEFAULT_MAX_NODES = 1000
+BATCH_NODES_SOURCE = ("AWS Batch User Guide, \"Node groups\": "
+                      "https://docs.aws.amazon.com/batch/latest/userguide/mnp-node-groups.html")
 
 
 def user_errors(func: F) -> F:
-    """Turn a :class:`UserError` into one line on stderr and exit status 1; Ctrl-C into 130."""
+    """Turn a :class:`UserError` into one line on stderr and its exit status (2 for a
+    :class:`UsageError`, a mistake in the command line; 1 for what cannot be done); Ctrl-C
+    into 130."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -56,7 +68,7 @@ def user_errors(func: F) -> F:
             return func(*args, **kwargs)
         except UserError as exc:
             print(f"error: {exc}", file=sys.stderr)
-            sys.exit(1)
+            sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             sys.exit(130)
@@ -69,21 +81,35 @@ def user_errors(func: F) -> F:
 def integer(value: Any, option: str, minimum: int | None = None) -> int:
     """``value`` (a string from the command line) as an int, or one line naming ``option``."""
     if isinstance(value, bool):
-        raise UserError(f"{option} needs a whole number")
+        raise UsageError(f"{option} needs a whole number")
     try:
         number = value if isinstance(value, int) else int(str(value).strip(), 10)
     except ValueError:
-        raise UserError(f"{option} {excerpt(value)}: expected a whole number, e.g. {option} 2") from None
+        raise UsageError(f"{option} {excerpt(value)}: expected a whole number, e.g. {option} 2") from None
     if minimum is not None and number < minimum:
-        raise UserError(f"{option} {number}: must be at least {minimum}")
+        raise UsageError(f"{option} {number}: must be at least {minimum}")
     return number
+
+
+def nodes(value: Any, option: str = "--nodes") -> int:
+    """``--nodes`` for every task: a whole number from 1 to the entrypoint's :data:`MAX_NODES`
+    (a :class:`UsageError` otherwise); above AWS Batch's default limit a note on stderr."""
+    count = integer(value, option)
+    if not 1 <= count <= MAX_NODES:
+        raise UsageError(f"{option} {count}: expected a whole number from 1 to {MAX_NODES} "
+                         "(the entrypoint's limit)")
+    if count > BATCH_DEFAULT_MAX_NODES:
+        print(f"note: {option} {count} is above AWS Batch's default limit of "
+              f"{BATCH_DEFAULT_MAX_NODES} nodes in a job, which AWS raises on request "
+              f"({BATCH_NODES_SOURCE})", file=sys.stderr)
+    return count
 
 
 def require(value: Any, option: str, example: str = "") -> Any:
     """``value`` unless it is missing; then one line naming ``option`` as typed."""
     if value is None or value == "" or value == []:
         hint = f" (e.g. {option} {example})" if example else ""
-        raise UserError(f"missing option {option}{hint}")
+        raise UsageError(f"missing option {option}{hint}")
     return value
 
 
@@ -93,7 +119,7 @@ def choose(name: str, choices: Iterable[str], what: str, option: str, where: str
     if name in known:
         return name
     prefix = f"{where}: " if where else ""
-    raise UserError(f"{prefix}{option} {excerpt(name)}: no {what} of that name"
+    raise UsageError(f"{prefix}{option} {excerpt(name)}: no {what} of that name"
                     f"{did_you_mean(name, known)} ({what}s: {', '.join(sorted(known))})")
 
 
@@ -116,13 +142,13 @@ def pick_stacks(matrix: Matrix, stacks: Any, all_stacks: bool) -> list[str]:
     """``--stack S`` (repeatable), ``--all``, or neither: the file's ``default_stack``."""
     names = stack_list(stacks)
     if names and all_stacks:
-        raise UserError("give either --stack or --all, not both")
+        raise UsageError("give either --stack or --all, not both")
     if all_stacks:
         return list(matrix.stacks)
     if not names:
         fallback = default_stack(matrix)
         if fallback is None:
-            raise UserError(f"missing option --stack (or --all); {matrix.path} declares no "
+            raise UsageError(f"missing option --stack (or --all); {matrix.path} declares no "
                             "default_stack")
         names = [fallback]
     for name in names:
@@ -134,7 +160,7 @@ def one_stack(matrix: Matrix, stacks: Any) -> str:
     """Exactly one stack for commands about a single image (default: ``default_stack``)."""
     names = pick_stacks(matrix, stacks, False)
     if len(names) > 1:
-        raise UserError(f"--stack given {len(names)} times; this command takes one stack")
+        raise UsageError(f"--stack given {len(names)} times; this command takes one stack")
     return names[0]
 
 
@@ -158,43 +184,13 @@ def command_after_dashdash(argv: Sequence[str], remainder: str) -> list[str]:
     return shlex.split(remainder)
 
 
-# Tasks with no --stack option (for the hint below).
-NO_STACK_TASKS = ("stacks", "lint", "matrix", "engine", "check")
-
-
-def argv_hint(argv: Sequence[str], stacks_file: str = "stacks.yaml") -> None:
-    """Before invoke parses: ``invoke plan cpu-tcp`` gets a hint instead of "No idea what ...".
-
-    Invoke takes a bare word after a task for another task's name. When that word is a stack
-    of ./stacks.yaml, the user meant ``--stack``: say so and exit 1.
-    """
-    words = list(argv[1:argv.index("--")] if "--" in argv else argv[1:])
-    bare = [(prev, word) for prev, word in zip(words, words[1:])
-            if not prev.startswith("-") and not word.startswith("-")]
-    if not bare:
-        return
-    try:
-        import yaml
-
-        data = yaml.safe_load(Path(stacks_file).read_text(encoding="utf-8"))
-        names = set((data or {}).get("stacks") or {})
-    except (OSError, ValueError, AttributeError, TypeError, yaml.YAMLError):
-        return
-    for task_name, word in bare:
-        if word in names:
-            hint = (f"invoke {task_name} takes no stack" if task_name in NO_STACK_TASKS
-                    else f"stacks are given with --stack: invoke {task_name} --stack {word}")
-            print(f"error: {hint}", file=sys.stderr)
-            sys.exit(1)
-
-
 # --- loading -------------------------------------------------------------------------------------
 
 def load(stacks_file: str) -> Matrix:
     """The stacks file; ``--stacks cpu-tcp`` (a stack name, not a file) gets a hint."""
     path = Path(stacks_file)
     if not path.exists() and path.suffix not in (".yaml", ".yml") and "/" not in stacks_file:
-        raise UserError(f"--stacks {excerpt(stacks_file)}: no such file; --stacks names the "
+        raise UsageError(f"--stacks {excerpt(stacks_file)}: no such file; --stacks names the "
                         f"stacks file, --stack a stack (did you mean --stack {stacks_file}?)")
     return load_matrix(path)
 

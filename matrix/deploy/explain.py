@@ -18,7 +18,7 @@ from typing import Any
 from entrypoint import config, launchers
 from entrypoint import plan as ep_plan
 from entrypoint.facts import NodeFacts
-from matrix.errors import UserError
+from matrix.errors import UsageError
 from matrix.model.entities import Matrix, Stack, comparable
 from matrix.model.instances import INSTANCE_TYPES, InstanceType
 
@@ -40,9 +40,9 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PLACEHOLDER_COMMAND = ["python3", "train.py"]
 
 
-class ExplainError(Exception):
-    """Unknown stack, instance type or launcher, or a pair the rules refuse: one line, exit
-    status 2."""
+class ExplainError(UsageError):
+    """Unknown stack, instance type or launcher, or a bad node count: one line, exit status 2
+    (a pair the rules refuse is :func:`matrix.deploy.jobdef.check_pair`'s UserError: 1)."""
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,8 @@ def stack_facts(stack: Stack, instance: InstanceType) -> NodeFacts:
 
 def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
             launcher: str = "mpirun", command: list[str] | None = None) -> Explained:
-    """The main node's plan. Raises :class:`ExplainError` for unknown names or bad numbers."""
+    """The main node's plan. Raises :class:`ExplainError` for unknown names or bad numbers, and
+    :func:`matrix.deploy.jobdef.check_pair`'s UserError for a pair it refuses."""
     from matrix.deploy import jobdef
 
     if stack_name not in matrix.stacks:
@@ -169,15 +170,14 @@ def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
                            f"({', '.join(sorted(INSTANCE_TYPES))})")
     if launcher not in launchers.NAMES:
         raise ExplainError(f"--launcher {launcher!r} is not one of {', '.join(launchers.NAMES)}")
-    if nodes < 1:
-        raise ExplainError(f"--nodes {nodes}: at least 1 node")
+    if not 1 <= nodes <= config.MAX_NODES:
+        # the entrypoint refuses more nodes (AWS_BATCH_JOB_NUM_NODES): say so before it does
+        raise ExplainError(f"--nodes {nodes}: expected a whole number from 1 to "
+                           f"{config.MAX_NODES} (the entrypoint's limit)")
     stack = matrix.stacks[stack_name]
     instance = INSTANCE_TYPES[instance_type]
-    try:
-        # the check invoke jobdef makes: the stack's rules as if it targeted only this type
-        jobdef.check_pair(stack, instance_type)
-    except UserError as exc:
-        raise ExplainError(str(exc)) from None
+    # the check invoke jobdef makes: the stack's rules as if it targeted only this type
+    jobdef.check_pair(stack, instance_type)
     # what the image gives every job: its PATH, root's HOME, and the PYTHONPATH that
     # /usr/local/bin/mnp-entrypoint sets (docs/entrypoint.md "Image contract")
     env: dict[str, Any] = {"PATH": PATH, "HOME": "/root", "PYTHONPATH": "/opt/mnp/lib"}

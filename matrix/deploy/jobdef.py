@@ -232,13 +232,31 @@ def check_pair(stack: Stack, instance_type: str) -> None:
 
     The stack's rules are run as if it targeted only this instance, so every capability rule
     (fabric efa needs EFA, a CUDA stack needs GPUs, a SynapseAI stack needs Gaudi, minimum
-    versions per instance) answers, with its source.
+    versions per instance) answers, with its source. Then the other way round: a stack without
+    the accelerator's software on an accelerator instance would hold every GPU or HPU of the
+    job and use none (the job definition asks Batch for all of them), so it is refused too.
     """
-    get_instance_type(instance_type)
+    instance = get_instance_type(instance_type)
     problems = blocking(check_stack(replace(stack, instances=(instance_type,))))
     if problems:
         raise UserError(f"stack {stack.name} cannot run on {instance_type}: "
                         + " | ".join(p.sentence + f" [rule {p.rule.id}]" for p in problems))
+    unused = unused_accelerators(stack, instance)
+    if unused:
+        raise UserError(f"stack {stack.name} cannot use {instance_type}: {unused}; pick an "
+                        "instance type without accelerators or a stack built for them")
+
+
+def unused_accelerators(stack: Stack, instance: InstanceType) -> str:
+    """Why ``stack`` would leave ``instance``'s accelerators idle, or ''."""
+    versions = stack.versions()
+    if instance.gpus and "cuda" not in versions:
+        return (f"it has no CUDA, so the job would ask Batch for the {instance.gpus} GPUs of "
+                "every node and use none")
+    if instance.hpus and "synapseai" not in versions:
+        return (f"it has no SynapseAI, so the job would hold the {instance.hpus} Gaudi HPUs of "
+                "every node and use none")
+    return ""
 
 
 def definition_for_stack(stack: Stack, nodes: int, instance_type: str, image_uri: str,
@@ -325,15 +343,30 @@ def validate_job_definition(definition: Mapping[str, Any]) -> None:
         raise UserError("job definition: mainNode must be a node index below numNodes")
 
 
+def batch_client_for(region: str | None = None, profile: str | None = None) -> Any:
+    """A Batch client from a boto3 session (``--profile``, ``--region``, else the usual AWS
+    configuration); one line when no region is configured or the profile is unknown."""
+    import boto3
+    from botocore.exceptions import NoRegionError, ProfileNotFound
+
+    try:
+        session = boto3.session.Session(profile_name=profile, region_name=region)
+        return session.client("batch")
+    except ProfileNotFound:
+        raise UserError(f"--profile {profile!r}: no AWS profile of that name in the AWS config "
+                        "files") from None
+    except NoRegionError:
+        raise UserError("no AWS region for --register: pass --region (e.g. --region us-east-1) "
+                        "or set AWS_REGION / a region in the AWS profile") from None
+
+
 def register_job_definition(definition: Mapping[str, Any], batch_client: Any = None) -> dict:
     """Register ``definition`` with AWS Batch; returns ``{jobDefinitionName, jobDefinitionArn,
-    revision}``. ``batch_client`` defaults to ``boto3.client("batch")`` (region and credentials
+    revision}``. ``batch_client`` defaults to :func:`batch_client_for` (region and credentials
     from the usual AWS configuration)."""
     validate_job_definition(definition)
     if batch_client is None:
-        import boto3
-
-        batch_client = boto3.client("batch")
+        batch_client = batch_client_for()
     try:
         response = batch_client.register_job_definition(**definition)
     except ClientError as exc:

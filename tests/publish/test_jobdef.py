@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -241,13 +243,13 @@ def test_every_declared_pair_makes_a_valid_definition(stack, instance_type):
     ("cuda11.7-efa", "c5n.18xlarge", "cuda-stack-needs-gpu-instance"),
     ("cuda10.1-tcp", "m5.24xlarge", "cuda-stack-needs-gpu-instance"),
     ("cuda12.1-efa", "p3.16xlarge", "efa-fabric-needs-efa-instance"),
-    ("cpu-tcp", "p5.48xlarge", None),
+    ("cpu-tcp", "hpc6a.48xlarge", None),
     ("synapseai1.6-efa", "p4d.24xlarge", "gaudi-stack-needs-gaudi-instance"),
-    ("cpu-mpi", "dl1.24xlarge", None),
+    ("cpu-mpi", "m5.24xlarge", None),
 ])
 def test_a_pair_the_table_says_cannot_work_is_refused(stack, instance_type, rule):
     s = MATRIX.stack(stack)
-    if rule is None:  # a CPU stack runs anywhere
+    if rule is None:  # a CPU stack runs on any CPU instance
         check_pair(s, instance_type)
         return
     with pytest.raises(UserError) as failure:
@@ -261,7 +263,7 @@ def test_jobdef_command_refuses_a_gpu_stack_on_a_cpu_instance(tmp_path):
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run([sys.executable, "-m", "invoke", "jobdef", "--stack", "cuda11.7-efa",
                            "--nodes", "2", "--instance-type", "m5.24xlarge", "--image-uri", IMAGE,
-                           "--output", str(tmp_path / "job.json")],
+                           "--output", str(tmp_path / "job.json"), "--", "python3", "train.py"],
                           cwd=root, capture_output=True, text=True)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
@@ -278,3 +280,114 @@ def test_launcher_must_be_an_entrypoint_unit():
         assert {"name": "MNP_LAUNCHER", "value": launcher} in env
     with pytest.raises(UserError, match="horovodrun"):
         build_job_definition("cpu", 2, "c5n.18xlarge", IMAGE, launcher="horovodrun")
+
+
+# --- invoke jobdef as users call it (issue 16) -------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+# no engine, no AWS configuration, no instance metadata: what a fresh laptop has
+NO_AWS = {"DOCKER_HOST": "unix:///nonexistent/docker.sock", "AWS_CONFIG_FILE": "/nonexistent",
+          "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", "AWS_EC2_METADATA_DISABLED": "true"}
+EXIT3 = ["python3", "-c", "import sys; sys.exit(3)"]
+
+
+def jobdef_cli(*args: str, command: list[str] | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE")}
+    env.update(NO_AWS)
+    tail = ["--", *command] if command else []
+    return subprocess.run([sys.executable, "-m", "invoke", "jobdef", *args, *tail], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, env=env, check=False)
+
+
+def one_line(proc: subprocess.CompletedProcess, code: int) -> str:
+    assert proc.returncode == code, (proc.returncode, proc.stdout[-500:], proc.stderr)
+    assert "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: ")
+    return line
+
+
+PAIR = ["--nodes", "2", "--instance-type", "c5n.18xlarge", "--image-uri", IMAGE]
+
+
+def test_jobdef_writes_the_command_word_for_word(tmp_path):
+    target = tmp_path / "job.json"
+    proc = jobdef_cli(*PAIR, "--output", str(target), command=EXIT3)
+    assert proc.returncode == 0, proc.stderr
+    definition = json.loads(target.read_text())
+    assert _container(definition)["command"] == EXIT3
+    validate_parameters(definition, REGISTER)
+    assert [p.name for p in tmp_path.iterdir()] == ["job.json"]  # no temporary file left
+
+
+def test_jobdef_without_a_command_says_how_to_give_one(tmp_path):
+    line = one_line(jobdef_cli(*PAIR, "--output", str(tmp_path / "job.json")), 2)
+    assert "give the training command after --" in line and "-- python3 train.py" in line
+    assert not (tmp_path / "job.json").exists()
+
+
+@pytest.mark.parametrize(("output", "words"), [
+    ("/nonexistent/x.json", "--output /nonexistent/x.json: no folder /nonexistent"),
+    ("{tmp}", "--output {tmp}: a folder; give a file name"),
+])
+def test_jobdef_output_that_cannot_be_a_file_is_one_line(tmp_path, output, words):
+    output = output.format(tmp=tmp_path)
+    assert words.format(tmp=tmp_path) in one_line(jobdef_cli(*PAIR, "--output", output,
+                                                             command=["true"]), 2)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_jobdef_output_in_an_unwritable_folder_is_one_line():
+    # /proc takes no new files, even for root
+    assert "--output /proc/job.json: cannot write in /proc" in one_line(
+        jobdef_cli(*PAIR, "--output", "/proc/job.json", command=["true"]), 1)
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    ([], "no AWS region for --register: pass --region"),
+    (["--profile", "nope"], "--profile 'nope': no AWS profile of that name"),
+    # with a region the request is made, and fails for want of credentials: one line too
+    (["--region", "us-east-1"], "Batch RegisterJobDefinition failed: Unable to locate credentials"),
+])
+def test_jobdef_register_without_aws_configuration_is_one_line(tmp_path, extra, words):
+    target = tmp_path / "job.json"
+    line = one_line(jobdef_cli(*PAIR, "--register", *extra, "--output", str(target),
+                               command=["true"]), 1)
+    assert words in line
+    # a region or profile problem is found before anything is written
+    assert target.exists() == (extra[:1] == ["--region"])
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--stack", "cpu-mpi", "--launcher", "deepspeed", "--instance-type", "c5n.18xlarge"],
+     "deepspeed not found on PATH"),
+    (["--stack", "cpu-mpi", "--launcher", "torchrun", "--instance-type", "c5n.18xlarge"],
+     "torchrun needs PyTorch"),
+    (["--stack", "cpu-tcp", "--instance-type", "p4d.24xlarge"],
+     "stack cpu-tcp cannot use p4d.24xlarge: it has no CUDA, so the job would ask Batch for the "
+     "8 GPUs"),
+    (["--stack", "cpu-mpi", "--instance-type", "dl1.24xlarge"], "it has no SynapseAI"),
+])
+def test_jobdef_refuses_what_explain_calls_a_problem(tmp_path, args, words):
+    target = tmp_path / "job.json"
+    target.write_text("old\n")
+    line = one_line(jobdef_cli(*args, "--nodes", "2", "--image-uri", IMAGE, "--output",
+                               str(target), command=["python3", "train.py"]), 1)
+    assert words in line
+    assert target.read_text() == "old\n"  # nothing written over it
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_job_definitions_command_fails_the_rehearsed_job(cpu_tcp_image, tmp_path):
+    """The job definition's command, run through `invoke run` as Batch would run it, gives its
+    exit status back: a failing training script cannot end as a success."""
+    target = tmp_path / "job.json"
+    proc = jobdef_cli(*PAIR, "--output", str(target), command=EXIT3)
+    assert proc.returncode == 0, proc.stderr
+    command = _container(json.loads(target.read_text()))["command"]
+    run = subprocess.run([sys.executable, "-m", "invoke", "run", "--stack", "cpu-tcp", "--nodes",
+                          "2", "--", *command], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600, check=False)
+    assert run.returncode == 3, (run.stdout[-2000:], run.stderr[-2000:])
