@@ -84,9 +84,10 @@ def ensure(start: bool = True, wait_s: float = 60) -> docker.DockerClient:
     raise UserError(f"dockerd did not answer within {wait_s:.0f} s; see {DOCKERD_LOG}")
 
 
-# What the full test suite needs from the distribution, by command.
+# What the full test suite needs from the distribution, by command. scontrol: the Slurm host
+# list tests compare the entrypoint's expansion with the real one (tests/entrypoint).
 SYSTEM_TOOLS = {"dockerd": "docker.io", "mmdebstrap": "mmdebstrap",
-                "docker-registry": "docker-registry"}
+                "docker-registry": "docker-registry", "scontrol": "slurm-client"}
 
 
 def ensure_system_tools() -> None:
