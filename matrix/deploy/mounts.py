@@ -126,16 +126,16 @@ def _listed(value: Any) -> list[str]:
 
 def parse_all(mounts: Any = None, claims: Any = None) -> tuple[list[Mount], list[Claim]]:
     """Every ``--mount`` and ``--pvc``; two of them at one container path is one line."""
-    parsed_mounts = [parse_mount(text) for text in _listed(mounts)]
-    parsed_claims = [parse_claim(text) for text in _listed(claims)]
+    given = [("--mount", text, parse_mount(text)) for text in _listed(mounts)]
+    given += [("--pvc", text, parse_claim(text)) for text in _listed(claims)]
     seen: dict[str, str] = {}
-    for option, item in [("--mount", m) for m in parsed_mounts] + [("--pvc", c)
-                                                                  for c in parsed_claims]:
+    for option, text, item in given:
         if item.container in seen:
-            raise UsageError(f"{option}: two mounts at {item.container} ({seen[item.container]} "
-                             "and this one); give each container path once")
-        seen[item.container] = option
-    return parsed_mounts, parsed_claims
+            raise UsageError(f"{option} {text!r}: {item.container} is already mounted by "
+                             f"{seen[item.container]}; give each container path once")
+        seen[item.container] = f"{option} {text!r}"
+    return ([item for _, _, item in given if isinstance(item, Mount)],
+            [item for _, _, item in given if isinstance(item, Claim)])
 
 
 # --- per scheduler -------------------------------------------------------------------------------
