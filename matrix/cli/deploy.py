@@ -259,6 +259,7 @@ def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
     if not command:
         raise UsageError("give the job command after --, e.g. invoke run --stack cpu-tcp "
                          "--nodes 3 -- python3 /opt/mnp/examples/allreduce.py")
+    rh.check_mounts(parsed_mounts)  # before the engine: a typo needs no Docker to be found
     matrix = load(stacks_file)
     stack = one_stack(matrix, stacks)
     result = plan(matrix, [stack])

@@ -67,15 +67,19 @@ def start_order(nodes: int, late_node: int | None, rng: random.Random) -> list[i
     return children + ([late_node] if late_node is not None else [])
 
 
-def _check_args(nodes: int, command: Sequence[str], late_node: int | None,
-                mounts: Sequence[Mount] = ()) -> None:
-    """One clear line for arguments that cannot describe a job."""
+def check_mounts(mounts: Sequence[Mount]) -> None:
+    """Every ``--mount`` host folder exists here. Docker would create a missing one, empty: the
+    job would then find nothing where the real job reads its data."""
     for mount in mounts:
-        # Docker would create a missing host folder as an empty one: the job would then read
-        # nothing where the real job reads its data
         if not Path(mount.host).is_dir():
             raise UserError(f"--mount {mount.host}:{mount.container}: no folder {mount.host} on "
                             "this machine (a rehearsal binds the host folder the job reads)")
+
+
+def _check_args(nodes: int, command: Sequence[str], late_node: int | None,
+                mounts: Sequence[Mount] = ()) -> None:
+    """One clear line for arguments that cannot describe a job."""
+    check_mounts(mounts)
     if nodes < 1:
         raise UserError(f"--nodes {nodes}: need at least 1 node")
     if late_node is not None and not 1 <= late_node < nodes:
