@@ -45,8 +45,9 @@ from matrix.model.instances import InstanceType, get_instance_type
 KINDS = {"pytorchjob": "PyTorchJob", "trainjob": "TrainJob", "mpijob": "MPIJob"}
 # The launcher unit the entrypoint runs under each kind (MNP_LAUNCHER).
 LAUNCHER = {"pytorchjob": "torchrun", "trainjob": "torchrun", "mpijob": "mpirun"}
-# The EKS user guide's EFA example pod asks for hugepages-2Mi: 5120Mi with memory: 8000Mi
-# (https://docs.aws.amazon.com/eks/latest/userguide/node-efa.html, "Run an example test");
+# The EKS user guide's EFA example (an MPIJob running nccl-tests) gives each worker
+# hugepages-2Mi: 5120Mi with memory: 8000Mi (https://docs.aws.amazon.com/eks/latest/userguide/
+# node-efa.html, the example test's manifest);
 # Kubernetes accepts huge pages only with a cpu or memory request (https://kubernetes.io/docs/
 # tasks/manage-hugepages/scheduling-hugepages/). Memory is a request, not a limit: a training job
 # owns the node and must not be killed at 8000Mi.
