@@ -60,7 +60,7 @@ JOB_COMMAND_EXAMPLE = "-- python3 train.py"
 @dataclass
 class Generated:
     """What every generator (jobdef, sbatch, k8s) checked before building: the stack, its pair,
-    the node count, the command, the mounts, where to write and the image by digest."""
+    the node count, the command, the mounts and where to write."""
 
     matrix: Matrix
     stack: str
@@ -70,7 +70,6 @@ class Generated:
     mounts: list[Any]
     claims: list[Any]
     target: Path | None
-    image_uri: str = ""
 
 
 def _generator_input(task: str, what: str, stacks_file: str, stacks: Any, nodes: Any,
