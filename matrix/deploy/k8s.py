@@ -21,10 +21,10 @@ template gives neither ``command`` nor ``args`` (mpi-operator ``mpi_job_controll
 ``newWorker``). Our images hold no SSH host keys (each job makes its own), so that sshd would exit
 at once. The generated workers therefore get the job's command as ``args`` like every other pod:
 the ENTRYPOINT runs, sees ``K_MPI_JOB_ROLE=worker`` and serves SSH with a fresh host key and the
-operator's keys, never running the command itself (as a Batch child node does). ``MNP_SSH_PORT=22``
-because the operator's launcher reaches workers with plain ``ssh`` on the default port; a
-readiness probe on that port lets ``launcherCreationPolicy: WaitForWorkersReady`` start the
-launcher only once every worker accepts connections.
+operator's ``authorized_keys``, never running the command itself (as a Batch child node does). It
+listens on port 22, where the operator's launcher reaches workers with plain ``ssh``; a readiness
+probe on that port lets ``launcherCreationPolicy: WaitForWorkersReady`` start the launcher only
+once every worker accepts connections.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ ELASTIC_MAX_RESTARTS = 3
 # a TrainJob, names the entrypoint as the trainer's command (the image's ENTRYPOINT path).
 TRAIN_RUNTIME = "torch-distributed"
 ENTRYPOINT = "/usr/local/bin/mnp-entrypoint"
-MPI_SSH_PORT = 22
+MPI_SSH_PORT = 22  # the entrypoint's MPIJob worker sshd: the port the operator's ssh uses
 SSH_AUTH_MOUNT = "/root/.ssh"
 _ELASTIC = re.compile(r"^(\d+):(\d+)$")
 
@@ -132,11 +132,10 @@ def _volumes(job: Job) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return [shm, *volumes], [{"name": "dshm", "mountPath": "/dev/shm"}, *points]
 
 
-def _container(job: Job, name: str, gpus: bool = True,
-               env: Sequence[dict[str, str]] = ()) -> dict[str, Any]:
+def _container(job: Job, name: str, gpus: bool = True) -> dict[str, Any]:
     _, points = _volumes(job)
     container: dict[str, Any] = {"name": name, "image": job.image, "args": list(job.command),
-                                 "env": [*job.env, *env], "volumeMounts": points}
+                                 "env": list(job.env), "volumeMounts": points}
     shape = resources(job.instance, job.fabric) if gpus else {}
     if shape:
         container["resources"] = shape
@@ -200,9 +199,8 @@ def trainjob(job: Job) -> dict[str, Any]:
 def mpijob(job: Job) -> dict[str, Any]:
     """A launcher (runs mpirun through the entrypoint; no GPUs) and ``nodes`` workers (serve SSH
     through the entrypoint, see the module docstring)."""
-    ssh_port = [{"name": "MNP_SSH_PORT", "value": str(MPI_SSH_PORT)}]
-    launcher = _container(job, "launcher", gpus=False, env=ssh_port)
-    worker = _container(job, "worker", env=ssh_port)
+    launcher = _container(job, "launcher", gpus=False)
+    worker = _container(job, "worker")
     worker["ports"] = [{"name": "ssh", "containerPort": MPI_SSH_PORT}]
     worker["readinessProbe"] = {"tcpSocket": {"port": MPI_SSH_PORT}, "periodSeconds": 2}
     spec = {

@@ -131,7 +131,7 @@ def test_mpijob_workers_start_through_the_entrypoint():
     for container in (launcher, worker):
         assert "command" not in container and container["args"] == COMMAND
         env = {item["name"]: item["value"] for item in container["env"]}
-        assert env["MNP_SSH_PORT"] == "22" and env["MNP_LAUNCHER"] == "mpirun"
+        assert env["MNP_LAUNCHER"] == "mpirun"
         assert not {"K_MPI_JOB_ROLE", "OMPI_MCA_orte_default_hostfile"} & set(env)
     assert "resources" not in launcher  # the launcher holds no GPU
     assert worker["readinessProbe"] == {"tcpSocket": {"port": 22}, "periodSeconds": 2}
