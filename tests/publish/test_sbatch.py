@@ -24,6 +24,7 @@ from matrix.deploy.mounts import Mount
 from matrix.deploy.sbatch import build_sbatch_script, directives, enroot_image
 from matrix.errors import UserError
 from matrix.model.instances import get_instance_type
+from matrix.model.loader import load_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "c" * 64
@@ -118,6 +119,25 @@ def test_the_script_is_valid_bash_and_bash_reads_the_command_word_for_word(tmp_p
     assert proc.returncode == 0, proc.stderr
     words = proc.stdout.decode().split("\0")[:-1]
     assert words == srun_words(script) and words[-len(COMMAND):] == COMMAND
+
+
+MATRIX = load_matrix(ROOT / "stacks.yaml")
+PAIRS = [(name, instance) for name, stack in MATRIX.stacks.items() for instance in stack.instances]
+
+
+@pytest.mark.parametrize(("stack", "instance_type"), PAIRS, ids=[f"{s}@{i}" for s, i in PAIRS])
+def test_every_declared_pair_makes_a_script_bash_accepts(stack, instance_type, tmp_path):
+    s = MATRIX.stack(stack)
+    row = get_instance_type(instance_type)
+    script = build_sbatch_script(stack, 2, instance_type, IMAGE, ["python3", "train.py"],
+                                 fabric=s.fabric, mounts=[Mount("/fsx", "/fsx")])
+    found = directives(script)
+    assert found.get("--gpus-per-node") == (str(row.gpus) if row.gpus else None)
+    assert found["--ntasks-per-node"] == str(row.slots_per_node())
+    assert exports(script)["MNP_FABRIC"] == s.fabric
+    path = tmp_path / "job.sbatch"
+    path.write_text(script)
+    assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
 
 
 # --- invoke sbatch as users call it --------------------------------------------------------------
