@@ -25,6 +25,8 @@ HELP = {"stacks": "stacks file (default ./stacks.yaml)",
         "all": "every stack in the file"}
 ONE = dict(HELP, stack="a stack by name (default: default_stack of the stacks file)")
 JSON = "print JSON instead of a table"
+MOUNT_HELP = ("HOST_PATH:CONTAINER_PATH[:ro], a host folder (e.g. FSx for Lustre at /fsx) at the "
+              "same path on every node; repeat")
 
 
 @task(help={"stacks": HELP["stacks"], "json": JSON,
@@ -129,27 +131,64 @@ def push(c, stack=None, registry=None, force=False, stacks=STACKS):
             "register": "call batch:RegisterJobDefinition",
             "region": "AWS region for --register (default: the AWS configuration's)",
             "profile": "AWS profile for --register (default: the AWS configuration's)",
-            "stacks": HELP["stacks"]},
-      iterable=["stack"])
+            "mount": MOUNT_HELP, "stacks": HELP["stacks"]},
+      iterable=["stack", "mount"])
 @options.user_errors
 def jobdef(c, stack=None, nodes=None, instance_type=None, image_uri=None, secret_arn=None,
            execution_role_arn=None, launcher="mpirun", output=None, register=False,
-           region=None, profile=None, stacks=STACKS):
+           region=None, profile=None, mount=None, stacks=STACKS):
     """Write an AWS Batch multi-node job definition for a stack (validated with botocore):
     invoke jobdef --stack S --nodes N --instance-type T [...] -- CMD..."""
     deploy.jobdef(stacks, stack, nodes, instance_type, image_uri, secret_arn,
                   execution_role_arn, launcher, output, register,
-                  options.command_after_dashdash(sys.argv, c.remainder), region, profile)
+                  options.command_after_dashdash(sys.argv, c.remainder), region, profile, mount)
+
+
+GENERATOR_HELP = {
+    "stack": ONE["stack"], "nodes": "number of nodes, 1 to 10000 (required)",
+    "instance_type": "e.g. p4d.24xlarge (required)",
+    "image_uri": "image by digest (default: the pushed digest of <repo>:<stack>, read from a "
+                 "running Docker engine)",
+    "output": "write it to this file, whole or not at all (default: print it)",
+    "mount": None, "stacks": HELP["stacks"]}
+
+
+@task(help=dict(GENERATOR_HELP, mount=MOUNT_HELP,
+                launcher="mpirun (default: one Slurm task per rank, srun --mpi=pmix), deepspeed, "
+                         "torchrun, torch.distributed.launch or none (one task per node)"),
+      iterable=["stack", "mount"])
+@options.user_errors
+def sbatch(c, stack=None, nodes=None, instance_type=None, image_uri=None, launcher="mpirun",
+           mount=None, output=None, stacks=STACKS):
+    """Write a Slurm batch script (pyxis/enroot) running a stack on every node:
+    invoke sbatch --stack S --nodes N --instance-type T [--mount H:C[:ro]]... -- CMD..."""
+    deploy.sbatch(stacks, stack, nodes, instance_type, image_uri, launcher, output,
+                  options.command_after_dashdash(sys.argv, c.remainder), mount)
+
+
+@task(help=dict(GENERATOR_HELP, mount=MOUNT_HELP,
+                kind="pytorchjob, trainjob or mpijob (required)",
+                pvc="CLAIM:PATH[:ro], a persistent volume claim at PATH in every pod; repeat",
+                elastic="MIN:MAX nodes of an elastic pytorchjob (c10d rendezvous)"),
+      iterable=["stack", "mount", "pvc"])
+@options.user_errors
+def k8s(c, kind=None, stack=None, nodes=None, instance_type=None, image_uri=None, pvc=None,
+        mount=None, elastic=None, output=None, stacks=STACKS):
+    """Write a Kubeflow PyTorchJob, TrainJob or MPIJob (checked against the CRD schemas):
+    invoke k8s --kind K --stack S --nodes N --instance-type T [...] -- CMD..."""
+    deploy.k8s(stacks, stack, kind, nodes, instance_type, image_uri, elastic, output,
+               options.command_after_dashdash(sys.argv, c.remainder), mount, pvc)
 
 
 @task(help={"stack": ONE["stack"], "nodes": "number of nodes (containers), default 2",
-            "late_node": "index of a node started late", "stacks": HELP["stacks"]},
-      iterable=["stack"])
+            "late_node": "index of a node started late", "mount": MOUNT_HELP,
+            "stacks": HELP["stacks"]},
+      iterable=["stack", "mount"])
 @options.user_errors
-def run(c, stack=None, nodes="2", late_node=None, stacks=STACKS):
+def run(c, stack=None, nodes="2", late_node=None, mount=None, stacks=STACKS):
     """Rehearse a Batch MNP job locally: invoke run --stack S --nodes N -- COMMAND..."""
     code = deploy.rehearse(stacks, stack, nodes, late_node,
-                        options.command_after_dashdash(sys.argv, c.remainder))
+                        options.command_after_dashdash(sys.argv, c.remainder), mount)
     sys.exit(code)
 
 
@@ -179,6 +218,6 @@ def explain(c, stack=None, instance_type=None, nodes="2", launcher="mpirun", jso
 # 'python3' is!") never reach a user: one line saying what to type instead, exit 2.
 if sys.argv and sys.argv[0].rsplit("/", 1)[-1] in ("invoke", "inv", "__main__.py", "mnp-stacks"):
     usage.check(sys.argv, invoke.Collection.from_module(sys.modules[__name__]).to_contexts(),
-                with_command=("run", "explain", "jobdef"),
+                with_command=("run", "explain", "jobdef", "sbatch", "k8s"),
                 core=invoke.parser.ParserContext(args=invoke.Program().core_args()
                                                  + invoke.Program().task_args()))

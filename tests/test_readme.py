@@ -74,6 +74,8 @@ def run(command: str, timeout: int = 1500) -> subprocess.CompletedProcess:
                           timeout=timeout, env=env, check=False)
 
 
+README_DIGEST_URI = ("123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp-stacks@sha256:"
+                     "2f1d3c0a5b7e9d8c6f4a2e0b1d3c5a7e9f8d6c4b2a0e1f3d5c7b9a8e6f4d2c0a")
 # What each example must print, beyond exiting 0 (keyed by the command without its comment).
 CHECKS: dict[str, Callable[[str], bool]] = {
     "invoke stacks --names": lambda out: out.split()[:2] == ["cpu-tcp", "cpu-mpi"],
@@ -101,6 +103,13 @@ CHECKS: dict[str, Callable[[str], bool]] = {
         lambda out: sorted(line.split("]", 1)[0] for line in out.splitlines()
                            if line.endswith("<stdout>:3")) == ["[1,0", "[1,1", "[1,2"],
     "./dev invoke build --stack cpu-tcp --test": lambda out: "cpu-tcp: mnp-stacks:cpu-tcp" in out,
+    # invoke k8s / invoke sbatch (issue 15): the manifest and the script as written to stdout
+    "invoke k8s --kind mpijob --stack cpu-tcp --nodes 2 --instance-type c5n.18xlarge --image-uri "
+    f"{README_DIGEST_URI} --pvc fsx-pvc:/fsx -- python3 /fsx/train.py":
+        lambda out: yaml.safe_load(out)["kind"] == "MPIJob" and "claimName: fsx-pvc" in out,
+    "invoke sbatch --stack cpu-tcp --nodes 2 --instance-type c5n.18xlarge --image-uri "
+    f"{README_DIGEST_URI} --mount /fsx:/fsx -- python3 /fsx/train.py":
+        lambda out: "#SBATCH --nodes=2" in out and "--container-mounts=/fsx:/fsx" in out,
     # NCCL 2.20.5 (torch 2.3.1's wheel) understands the exact-match '=' form; 32 EFA on p5.
     "invoke explain --stack cuda12.1-efa --instance-type p5.48xlarge --nodes 4 -- python3 train.py":
         lambda out: "NCCL_SOCKET_IFNAME==eth0" in out and "uverbs31" in out

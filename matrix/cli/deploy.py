@@ -1,10 +1,12 @@
-"""Tasks that run or publish a built stack: ``push``, ``jobdef``, ``run``, ``explain``."""
+"""Tasks that run or publish a built stack: ``push``, ``jobdef``, ``sbatch``, ``k8s``, ``run``,
+``explain``."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,45 +57,126 @@ def push(stacks_file: str, stacks: Any, registry: str | None, force: bool) -> No
 JOB_COMMAND_EXAMPLE = "-- python3 train.py"
 
 
-def jobdef(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
-           image_uri: str | None, secret_arn: str | None, execution_role_arn: str | None,
-           launcher: str, output: str | None, register: bool, command: list[str],
-           region: str | None = None, profile: str | None = None) -> dict[str, Any]:
-    """Write (and with ``register`` register) the job definition. The training command is the
-    definition's ``command``, word for word: without one the image's default would run."""
+@dataclass
+class Generated:
+    """What every generator (jobdef, sbatch, k8s) checked before building: the stack, its pair,
+    the node count, the command, the mounts and where to write."""
+
+    matrix: Matrix
+    stack: str
+    nodes: int
+    instance_type: str
+    command: list[str]
+    mounts: list[Any]
+    claims: list[Any]
+    target: Path | None
+
+
+def _generator_input(task: str, what: str, stacks_file: str, stacks: Any, nodes: Any,
+                     instance_type: str | None, launcher: str, output: str | None,
+                     command: list[str], mounts: Any, claims: Any = None) -> Generated:
+    """The checks every generator makes, in the order a user fixes them: the command line
+    first (exit 2), then the stack on the instance and the plan (exit 1), nothing written."""
     from matrix.deploy import jobdef as jd
+    from matrix.deploy.mounts import parse_all
     from matrix.model.instances import INSTANCE_TYPES
 
     count = options.nodes(require(nodes, "--nodes", "2"))
     instance_type = choose(require(instance_type, "--instance-type", "c5n.18xlarge"),
                            INSTANCE_TYPES, "instance type", "--instance-type")
-    launcher = choose(launcher, LAUNCHERS, "launcher", "--launcher")
     if not command:
-        raise UsageError(f"give the training command after --, e.g. invoke jobdef --nodes "
+        raise UsageError(f"give the training command after --, e.g. invoke {task} --nodes "
                          f"{count} --instance-type {instance_type} {JOB_COMMAND_EXAMPLE} (it "
-                         "becomes the job definition's command, word for word)")
+                         f"becomes {what}, word for word)")
+    parsed_mounts, parsed_claims = parse_all(mounts, claims)
     target = _output_path(output) if output else None
     matrix = load(stacks_file)
     stack = one_stack(matrix, stacks)
-    s = matrix.stack(stack)
-    jd.check_pair(s, instance_type)  # before resolving the image: a bad pair needs no engine
+    jd.check_pair(matrix.stack(stack), instance_type)  # before the image: no engine needed
     _refuse_problems(matrix, stack, instance_type, count, launcher, command)
-    uri = jd.pin_image(image_uri) if image_uri else _local_digest_uri(matrix, stack)
-    definition = jd.definition_for_stack(s, count, instance_type, uri, secret_arn=secret_arn,
+    return Generated(matrix, stack, count, instance_type, command, parsed_mounts, parsed_claims,
+                     target)
+
+
+def _image(given: Generated, image_uri: str | None) -> str:
+    from matrix.deploy import jobdef as jd
+
+    return jd.pin_image(image_uri) if image_uri else _local_digest_uri(given.matrix, given.stack)
+
+
+def _emit(given: Generated, text: str, output: str | None) -> None:
+    """``text`` to ``--output`` (whole or not at all) or to stdout."""
+    if given.target:
+        _write_atomically(given.target, text if text.endswith("\n") else text + "\n", output or "")
+        print(f"wrote {shown(given.target)}")
+    else:
+        print(text, end="" if text.endswith("\n") else "\n")
+
+
+def jobdef(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
+           image_uri: str | None, secret_arn: str | None, execution_role_arn: str | None,
+           launcher: str, output: str | None, register: bool, command: list[str],
+           region: str | None = None, profile: str | None = None,
+           mounts: Any = None) -> dict[str, Any]:
+    """Write (and with ``register`` register) the job definition. The training command is the
+    definition's ``command``, word for word: without one the image's default would run."""
+    from matrix.deploy import jobdef as jd
+
+    launcher = choose(launcher, LAUNCHERS, "launcher", "--launcher")
+    given = _generator_input("jobdef", "the job definition's command", stacks_file, stacks,
+                             nodes, instance_type, launcher, output, command, mounts)
+    uri = _image(given, image_uri)
+    definition = jd.definition_for_stack(given.matrix.stack(given.stack), given.nodes,
+                                         given.instance_type, uri, secret_arn=secret_arn,
                                          launcher=launcher, execution_role_arn=execution_role_arn,
-                                         command=command)
+                                         command=command, mounts=given.mounts)
     text = json.dumps(definition, indent=2)
     # the AWS session first: a missing region or profile is said before anything is written
     client = jd.batch_client_for(region, profile) if register else None
-    if target:
-        _write_atomically(target, text + "\n", output or "")
-        print(f"wrote {shown(target)}")
-    else:
-        print(text)
+    _emit(given, text, output)
     if client is not None:
         answer = jd.register_job_definition(definition, client)
         print(f"registered {answer.get('jobDefinitionArn', '?')}")
     return definition
+
+
+def sbatch(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
+           image_uri: str | None, launcher: str, output: str | None, command: list[str],
+           mounts: Any = None) -> str:
+    """Write a Slurm batch script (pyxis/enroot) that runs the command on every node."""
+    from matrix.deploy import sbatch as sb
+
+    launcher = choose(launcher, LAUNCHERS, "launcher", "--launcher")
+    given = _generator_input("sbatch", "the srun line's command", stacks_file, stacks, nodes,
+                             instance_type, launcher, output, command, mounts)
+    uri = _image(given, image_uri)
+    script = sb.build_sbatch_script(given.stack, given.nodes, given.instance_type, uri, command,
+                                    launcher=launcher,
+                                    fabric=given.matrix.stack(given.stack).fabric,
+                                    mounts=given.mounts)
+    _emit(given, script, output)
+    return script
+
+
+def k8s(stacks_file: str, stacks: Any, kind: str | None, nodes: Any, instance_type: str | None,
+        image_uri: str | None, elastic: str | None, output: str | None, command: list[str],
+        mounts: Any = None, claims: Any = None) -> dict[str, Any]:
+    """Write a Kubeflow PyTorchJob, TrainJob or MPIJob, checked against the vendored CRD."""
+    from matrix.deploy import k8s as kube
+
+    kind = choose(require(kind, "--kind", "pytorchjob"), kube.KINDS, "kind", "--kind")
+    count = options.nodes(require(nodes, "--nodes", "2"))
+    if elastic is not None and kind != "pytorchjob":
+        raise UsageError(f"--elastic {elastic}: only --kind pytorchjob has elastic bounds")
+    bounds = kube.parse_elastic(elastic, count)
+    given = _generator_input("k8s", "every pod's args", stacks_file, stacks, count,
+                             instance_type, kube.LAUNCHER[kind], output, command, mounts, claims)
+    uri = _image(given, image_uri)
+    manifest = kube.build_manifest(kind, given.stack, given.nodes, given.instance_type, uri,
+                                   command, fabric=given.matrix.stack(given.stack).fabric,
+                                   mounts=given.mounts, claims=given.claims, elastic=bounds)
+    _emit(given, kube.to_yaml(manifest), output)
+    return manifest
 
 
 def _refuse_problems(matrix: Matrix, stack: str, instance_type: str, nodes: int, launcher: str,
@@ -164,15 +247,18 @@ def _local_digest_uri(matrix: Matrix, stack: str) -> str:
 
 
 def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
-             command: list[str]) -> int:
+             command: list[str], mounts: Any = None) -> int:
     from matrix.deploy import rehearse as rh
+    from matrix.deploy.mounts import parse_all
     from matrix.image import engine
 
     count = options.nodes(nodes)
+    parsed_mounts, _ = parse_all(mounts)
     late = None if late_node is None else integer(late_node, "--late-node")
     if not command:
         raise UsageError("give the job command after --, e.g. invoke run --stack cpu-tcp "
                          "--nodes 3 -- python3 /opt/mnp/examples/allreduce.py")
+    rh.check_mounts(parsed_mounts)  # before the engine: a typo needs no Docker to be found
     matrix = load(stacks_file)
     stack = one_stack(matrix, stacks)
     result = plan(matrix, [stack])
@@ -182,7 +268,8 @@ def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
         client.images.get(image)
     except ImageNotFound:
         raise UserError(f"{image} is not built; run `invoke build --stack {stack}`") from None
-    return rh.rehearse(client, image, count, command, late, {}, log=console.print)
+    return rh.rehearse(client, image, count, command, late, {}, log=console.print,
+                       mounts=parsed_mounts)
 
 
 def explain(stacks_file: str, stacks: Any, instance_type: str | None, nodes: Any, launcher: str,

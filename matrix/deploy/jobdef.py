@@ -23,6 +23,7 @@ from botocore.model import Shape
 from botocore.validate import validate_parameters
 
 from entrypoint.launchers import NAMES as LAUNCHERS
+from matrix.deploy.mounts import Mount, batch_volumes
 from matrix.errors import UserError
 from matrix.model.entities import Stack
 from matrix.model.instances import InstanceType, get_instance_type, job_memory_mib
@@ -151,6 +152,7 @@ def build_job_definition(
     command: Sequence[str] | None = None,
     name: str | None = None,
     attempt_timeout_s: int | None = None,
+    mounts: Sequence[Mount] = (),
 ) -> dict[str, Any]:
     """The Batch ``RegisterJobDefinition`` request: ``nodes`` x ``instance_type`` running ``stack``.
 
@@ -158,7 +160,8 @@ def build_job_definition(
     Manager or SSM parameter ARN) becomes the ``MNP_SECRET`` variable through ``secrets``; Batch
     reads it with the job's execution role, so ``execution_role_arn`` is then required.
     ``fabric`` defaults to ``efa`` on types with EFA and ``tcp`` otherwise. ``command`` overrides
-    the image's CMD (the entrypoint stays). Raises :class:`UserError` on bad input.
+    the image's CMD (the entrypoint stays). ``mounts`` (``--mount``) become host ``volumes`` and
+    ``mountPoints``. Raises :class:`UserError` on bad input.
     """
     instance = get_instance_type(instance_type)
     if launcher not in LAUNCHERS:
@@ -197,6 +200,8 @@ def build_job_definition(
         container["privileged"] = True
     if command:
         container["command"] = list(command)
+    if mounts:
+        container["volumes"], container["mountPoints"] = batch_volumes(mounts)
     if secret_arn:
         container["secrets"] = [{"name": SECRET_ENV_NAME, "valueFrom": _check_secret(secret_arn)}]
         if not execution_role_arn:

@@ -7,7 +7,9 @@ get the main container's address on that network as
 ``AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS``; every node shares one random ``MNP_SECRET``.
 The main node's output is streamed; when it exits, the children are stopped (as Batch does), every
 node's log is written to a folder, and the containers and the network are removed. The result is
-the main node's exit status. Cleanup also runs on failure and on Ctrl-C.
+the main node's exit status. Cleanup also runs on failure and on Ctrl-C. ``mounts`` (``invoke run
+--mount``, the same option the job definition takes) bind the same host folders at the same
+container paths on every node, so a rehearsal reads the data paths the real job reads.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import docker
 import docker.errors
 import requests.exceptions
 
+from matrix.deploy.mounts import Mount, docker_binds
 from matrix.errors import UserError
 
 Log = Callable[[str], None]
@@ -64,8 +67,19 @@ def start_order(nodes: int, late_node: int | None, rng: random.Random) -> list[i
     return children + ([late_node] if late_node is not None else [])
 
 
-def _check_args(nodes: int, command: Sequence[str], late_node: int | None) -> None:
+def check_mounts(mounts: Sequence[Mount]) -> None:
+    """Every ``--mount`` host folder exists here. Docker would create a missing one, empty: the
+    job would then find nothing where the real job reads its data."""
+    for mount in mounts:
+        if not Path(mount.host).is_dir():
+            raise UserError(f"--mount {mount.host}:{mount.container}: no folder {mount.host} on "
+                            "this machine (a rehearsal binds the host folder the job reads)")
+
+
+def _check_args(nodes: int, command: Sequence[str], late_node: int | None,
+                mounts: Sequence[Mount] = ()) -> None:
     """One clear line for arguments that cannot describe a job."""
+    check_mounts(mounts)
     if nodes < 1:
         raise UserError(f"--nodes {nodes}: need at least 1 node")
     if late_node is not None and not 1 <= late_node < nodes:
@@ -93,6 +107,7 @@ def _start_node(
     index: int,
     command: Sequence[str],
     env: Mapping[str, str],
+    mounts: Sequence[Mount] = (),
 ) -> Any:
     """Create and start node ``index`` on the rehearsal network; remembered for cleanup."""
     container = client.containers.create(
@@ -104,6 +119,7 @@ def _start_node(
         labels={LABEL: run.run_id, f"{LABEL}.node": str(index)},
         network=run.network.name,
         init=False,
+        volumes=docker_binds(mounts),
     )
     run.containers[index] = container
     container.start()
@@ -191,6 +207,7 @@ def rehearse(
     timeout_s: float | None = None,
     stop_timeout_s: int = 10,
     seed: int | None = None,
+    mounts: Sequence[Mount] = (),
 ) -> int:
     """Run ``command`` on ``nodes`` containers of ``image`` as Batch would; the main's status.
 
@@ -198,9 +215,9 @@ def rehearse(
     ``late_delay_s`` seconds after the others. Node logs go to ``log_dir`` (a new temporary
     folder by default; its path is logged). ``timeout_s`` bounds the main node's run (status 124
     when exceeded). ``seed`` fixes the children's start order. Ctrl-C stops everything and
-    returns 130. Containers and the network are always removed.
+    returns 130. ``mounts`` are bound on every node. Containers and the network are always removed.
     """
-    _check_args(nodes, command, late_node)
+    _check_args(nodes, command, late_node, mounts)
     try:
         client.images.get(image)
     except docker.errors.ImageNotFound:
@@ -223,6 +240,7 @@ def rehearse(
             0,
             command,
             {**shared, **batch_environment(0, nodes, run.run_id, None)},
+            mounts,
         )
         main_ip = _container_ip(main, run.network.name)
         streamer = _stream(main, log)
@@ -238,7 +256,7 @@ def rehearse(
                 log(f"node {index} held back for {late_delay_s:g}s (late node)")
                 time.sleep(late_delay_s)
             child_env = {**shared, **batch_environment(index, nodes, run.run_id, main_ip)}
-            _start_node(client, run, image, index, command, child_env)
+            _start_node(client, run, image, index, command, child_env, mounts)
             log(f"node {index} started")
         status = _wait_exit(main, timeout_s)
         streamer.join(timeout=5)

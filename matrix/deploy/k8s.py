@@ -1,0 +1,274 @@
+"""Kubeflow manifests for a stack: PyTorchJob (static or elastic), TrainJob and MPIJob.
+
+:func:`build_manifest` returns one manifest, checked against its vendored CRD (``crds.py``)
+before it is returned. Every kind follows the same rules:
+
+- the image by digest, and the training command as ``args:``, never ``command:``: in Kubernetes
+  ``command:`` replaces the image's ENTRYPOINT, so ``mnp-entrypoint`` would never run (a TrainJob
+  names the entrypoint as its ``command``, because its runtime sets a command of its own);
+- per pod (one pod per node) the instance's ``nvidia.com/gpu`` (or ``habana.ai/gaudi``) and, on
+  the efa fabric, its ``vpc.amazonaws.com/efa`` interfaces, with ``hugepages-2Mi`` as the EFA
+  device plugin's examples ask (libfabric's EFA provider uses huge pages for its buffers);
+- ``/dev/shm`` as a memory-backed ``emptyDir`` of the instance table's size (a container's default
+  is 64 MB, too small for NCCL and DataLoader workers);
+- the job's ``--mount`` folders as ``hostPath`` volumes and ``--pvc`` claims (e.g. an FSx for
+  Lustre ``fsx-pvc``) as ``persistentVolumeClaim`` volumes;
+- the ``MNP_*`` settings the entrypoint reads; the operators' own variables (``PET_*``,
+  ``MASTER_ADDR``, ``K_MPI_JOB_ROLE`` ...) are left to the operators.
+
+MPIJob workers: the MPI operator starts a worker with ``/usr/sbin/sshd -De`` only when its
+template gives neither ``command`` nor ``args`` (mpi-operator ``mpi_job_controller.go``,
+``newWorker``). Our images hold no SSH host keys (each job makes its own), so that sshd would exit
+at once. The generated workers therefore get the job's command as ``args`` like every other pod:
+the ENTRYPOINT runs, sees ``K_MPI_JOB_ROLE=worker`` and serves SSH with a fresh host key and the
+operator's ``authorized_keys``, never running the command itself (as a Batch child node does). It
+listens on port 22, where the operator's launcher reaches workers with plain ``ssh``; a readiness
+probe on that port lets ``launcherCreationPolicy: WaitForWorkersReady`` start the launcher only
+once every worker accepts connections.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from matrix.deploy import crds
+from matrix.deploy.jobdef import DEFAULT_WAIT_TIMEOUT_S, is_pinned, mnp_environment
+from matrix.deploy.mounts import Claim, Mount, k8s_volumes
+from matrix.errors import UsageError, UserError
+from matrix.model.instances import InstanceType, get_instance_type
+
+KINDS = {"pytorchjob": "PyTorchJob", "trainjob": "TrainJob", "mpijob": "MPIJob"}
+# The launcher unit the entrypoint runs under each kind (MNP_LAUNCHER).
+LAUNCHER = {"pytorchjob": "torchrun", "trainjob": "torchrun", "mpijob": "mpirun"}
+# The EKS user guide's EFA example (an MPIJob running nccl-tests) gives each worker
+# hugepages-2Mi: 5120Mi with memory: 8000Mi (https://docs.aws.amazon.com/eks/latest/userguide/
+# node-efa.html, the example test's manifest);
+# Kubernetes accepts huge pages only with a cpu or memory request (https://kubernetes.io/docs/
+# tasks/manage-hugepages/scheduling-hugepages/). Memory is a request, not a limit: a training job
+# owns the node and must not be killed at 8000Mi.
+HUGEPAGES = "5120Mi"
+EFA_MEMORY_REQUEST = "8000Mi"
+# Habana's device plugin names Gaudi cards habana.ai/gaudi (https://docs.habana.ai/en/latest/
+# Orchestration/Gaudi_Kubernetes/Device_Plugin_for_Kubernetes.html).
+GAUDI = "habana.ai/gaudi"
+# torchrun restarts the worker group this many times before the job fails (project choice: a
+# node lost mid-run is replaced by the operator; the default of 0 would fail on the first loss).
+ELASTIC_MAX_RESTARTS = 3
+# The ClusterTrainingRuntime Kubeflow Trainer installs for torchrun jobs
+# (https://github.com/kubeflow/trainer/blob/master/manifests/base/runtimes/torch_distributed.yaml).
+# Its node container has a `command:` of its own (`/bin/bash -c` printing the PET_ variables),
+# which would replace the image's ENTRYPOINT and take our args as its own; so a TrainJob, and only
+# a TrainJob, names the entrypoint as the trainer's command (the image's ENTRYPOINT path).
+TRAIN_RUNTIME = "torch-distributed"
+ENTRYPOINT = "/usr/local/bin/mnp-entrypoint"
+MPI_SSH_PORT = 22  # the entrypoint's MPIJob worker sshd: the port the operator's ssh uses
+SSH_AUTH_MOUNT = "/root/.ssh"
+_ELASTIC = re.compile(r"^(\d+):(\d+)$")
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every kind's manifest is made of, resolved once."""
+
+    name: str
+    stack: str
+    nodes: int
+    instance: InstanceType
+    image: str
+    command: list[str]
+    env: list[dict[str, str]]
+    fabric: str
+    mounts: tuple[Mount, ...] = ()
+    claims: tuple[Claim, ...] = ()
+
+
+def job_name(stack: str) -> str:
+    """``mnp-<stack>`` as a DNS label: pods are ``<name>-worker-<i>``, so kept to 40 characters."""
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", f"mnp-{stack}".lower()))[:40].strip("-")
+
+
+def parse_elastic(text: str | None, nodes: int) -> tuple[int, int] | None:
+    """``--elastic MIN:MAX`` with ``MIN <= nodes <= MAX`` (the pods started at first)."""
+    if text is None:
+        return None
+    match = _ELASTIC.match(str(text).strip())
+    if not match:
+        raise UsageError(f"--elastic {text!r}: expected MIN:MAX node counts, e.g. --elastic 2:4")
+    low, high = int(match.group(1)), int(match.group(2))
+    if not 1 <= low <= high:
+        raise UsageError(f"--elastic {text}: need 1 <= MIN <= MAX")
+    if not low <= nodes <= high:
+        raise UsageError(f"--elastic {text}: --nodes {nodes} (the pods started first) must be "
+                         f"between {low} and {high}")
+    return low, high
+
+
+def resources(instance: InstanceType, fabric: str) -> dict[str, dict[str, str]]:
+    """A node pod's ``resources``: accelerators, EFA interfaces and huge pages (requests equal
+    limits, as Kubernetes requires for extended resources and huge pages)."""
+    limits: dict[str, str] = {}
+    if instance.gpus:
+        limits["nvidia.com/gpu"] = str(instance.gpus)
+    if instance.hpus:
+        limits[GAUDI] = str(instance.hpus)
+    if fabric == "efa" and instance.has_efa:
+        limits["vpc.amazonaws.com/efa"] = str(instance.efa_interfaces)
+        limits["hugepages-2Mi"] = HUGEPAGES
+    requests = dict(limits)
+    if "hugepages-2Mi" in limits:
+        requests["memory"] = EFA_MEMORY_REQUEST
+    return {"limits": limits, "requests": requests} if limits else {}
+
+
+def _volumes(job: Job) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    shm = {"name": "dshm", "emptyDir": {"medium": "Memory",
+                                        "sizeLimit": f"{job.instance.shm_mib}Mi"}}
+    volumes, points = k8s_volumes(job.mounts, job.claims)
+    return [shm, *volumes], [{"name": "dshm", "mountPath": "/dev/shm"}, *points]
+
+
+def _container(job: Job, name: str, gpus: bool = True) -> dict[str, Any]:
+    _, points = _volumes(job)
+    container: dict[str, Any] = {"name": name, "image": job.image, "args": list(job.command),
+                                 "env": list(job.env), "volumeMounts": points}
+    shape = resources(job.instance, job.fabric) if gpus else {}
+    if shape:
+        container["resources"] = shape
+    return container
+
+
+def _pod(container: dict[str, Any], job: Job) -> dict[str, Any]:
+    volumes, _ = _volumes(job)
+    return {"spec": {"containers": [container], "volumes": volumes}}
+
+
+def _metadata(job: Job) -> dict[str, Any]:
+    return {"name": job.name, "labels": {"mnp-stacks/stack": job.stack,
+                                         "mnp-stacks/instance-type": job.instance.name}}
+
+
+def pytorchjob(job: Job, elastic: tuple[int, int] | None) -> dict[str, Any]:
+    """Static: a Master and ``nodes - 1`` Workers. Elastic: ``nodes`` Workers and an
+    ``elasticPolicy`` (c10d rendezvous, hosted by the operator's ``<job>-worker-0``)."""
+    # the training-operator finds the container by this name (pytorch_types.go)
+    template = _pod(_container(job, "pytorch"), job)
+    replicas: dict[str, Any] = {}
+    spec: dict[str, Any] = {"nprocPerNode": str(job.instance.slots_per_node())}
+    if elastic is None:
+        replicas["Master"] = {"replicas": 1, "restartPolicy": "OnFailure", "template": template}
+        if job.nodes > 1:
+            replicas["Worker"] = {"replicas": job.nodes - 1, "restartPolicy": "OnFailure",
+                                  "template": template}
+    else:
+        replicas["Worker"] = {"replicas": job.nodes, "restartPolicy": "OnFailure",
+                              "template": template}
+        spec["elasticPolicy"] = {"minReplicas": elastic[0], "maxReplicas": elastic[1],
+                                 "rdzvBackend": "c10d", "maxRestarts": ELASTIC_MAX_RESTARTS}
+    spec["pytorchReplicaSpecs"] = replicas
+    spec["runPolicy"] = {"cleanPodPolicy": "None"}
+    return {"apiVersion": crds.CRDS["PyTorchJob"].api_version, "kind": "PyTorchJob",
+            "metadata": _metadata(job), "spec": spec}
+
+
+def trainjob(job: Job) -> dict[str, Any]:
+    """A TrainJob on the ``torch-distributed`` runtime; the volumes go in through a runtime
+    patch of its ``node`` replicated job (the only place this API takes pod volumes)."""
+    volumes, points = _volumes(job)
+    trainer: dict[str, Any] = {"image": job.image, "command": [ENTRYPOINT],
+                               "args": list(job.command),
+                               "numNodes": job.nodes,
+                               "numProcPerNode": job.instance.slots_per_node(),
+                               "env": list(job.env)}
+    shape = resources(job.instance, job.fabric)
+    if shape:
+        trainer["resourcesPerNode"] = shape
+    pod = {"spec": {"volumes": volumes, "containers": [{"name": "node", "volumeMounts": points}]}}
+    patch = {"manager": "mnp-stacks", "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": "node", "template": {"spec": {"template": pod}}}]}}}}
+    return {"apiVersion": crds.CRDS["TrainJob"].api_version, "kind": "TrainJob",
+            "metadata": _metadata(job),
+            "spec": {"runtimeRef": {"name": TRAIN_RUNTIME}, "trainer": trainer,
+                     "runtimePatches": [patch]}}
+
+
+def mpijob(job: Job) -> dict[str, Any]:
+    """A launcher (runs mpirun through the entrypoint; no GPUs) and ``nodes`` workers (serve SSH
+    through the entrypoint, see the module docstring)."""
+    launcher = _container(job, "launcher", gpus=False)
+    worker = _container(job, "worker")
+    worker["ports"] = [{"name": "ssh", "containerPort": MPI_SSH_PORT}]
+    worker["readinessProbe"] = {"tcpSocket": {"port": MPI_SSH_PORT}, "periodSeconds": 2}
+    spec = {
+        "slotsPerWorker": job.instance.slots_per_node(),
+        "mpiImplementation": "OpenMPI",
+        "sshAuthMountPath": SSH_AUTH_MOUNT,
+        "launcherCreationPolicy": "WaitForWorkersReady",
+        "runPolicy": {"cleanPodPolicy": "Running"},
+        "mpiReplicaSpecs": {
+            "Launcher": {"replicas": 1, "restartPolicy": "OnFailure",
+                         "template": _pod(launcher, job)},
+            "Worker": {"replicas": job.nodes, "template": _pod(worker, job)},
+        },
+    }
+    return {"apiVersion": crds.CRDS["MPIJob"].api_version, "kind": "MPIJob",
+            "metadata": _metadata(job), "spec": spec}
+
+
+def build_manifest(
+    kind: str,
+    stack: str,
+    nodes: int,
+    instance_type: str,
+    image_uri: str,
+    command: Sequence[str],
+    *,
+    fabric: str | None = None,
+    mounts: Sequence[Mount] = (),
+    claims: Sequence[Claim] = (),
+    elastic: tuple[int, int] | None = None,
+    env: Mapping[str, str] | None = None,
+    wait_timeout_s: int = DEFAULT_WAIT_TIMEOUT_S,
+) -> dict[str, Any]:
+    """The ``kind`` manifest (pytorchjob, trainjob, mpijob) for ``nodes`` x ``instance_type``,
+    validated against the vendored CRD. Raises :class:`UserError` on bad input."""
+    if kind not in KINDS:
+        raise UsageError(f"--kind {kind!r}: expected one of {', '.join(KINDS)}")
+    if elastic is not None and kind != "pytorchjob":
+        raise UsageError(f"--elastic: only a pytorchjob has elastic bounds, not a {kind}")
+    instance = get_instance_type(instance_type)
+    if nodes < 1:
+        raise UserError(f"--nodes {nodes}: a job needs at least 1 node")
+    if not command:
+        raise UserError("no command given to run on the nodes (put it after --)")
+    if not is_pinned(image_uri):
+        raise UserError(f"--image-uri {image_uri!r} must name the image by digest (@sha256:...)")
+    effective = fabric or ("efa" if instance.has_efa else "tcp")
+    variables = mnp_environment(instance, LAUNCHER[kind], fabric, wait_timeout_s, env)
+    job = Job(job_name(stack), stack, nodes, instance, image_uri, list(command),
+              [{"name": k, "value": v} for k, v in sorted(variables.items())], effective,
+              tuple(mounts), tuple(claims))
+    if kind == "pytorchjob":
+        manifest = pytorchjob(job, elastic)
+    elif kind == "trainjob":
+        manifest = trainjob(job)
+    else:
+        manifest = mpijob(job)
+    crds.validate(manifest)
+    return manifest
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """YAML without anchors: every pod's env is written out, as kubectl users read it."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def to_yaml(manifest: Mapping[str, Any]) -> str:
+    """``manifest`` as the YAML document ``kubectl apply -f`` takes, keys in the order built."""
+    return yaml.dump(dict(manifest), Dumper=_PlainDumper, sort_keys=False, width=100)

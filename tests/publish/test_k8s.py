@@ -1,0 +1,241 @@
+"""Kubeflow manifests (`invoke k8s`), validated against the real CRD schemas vendored in the repo.
+
+No Kubernetes control plane can run here; the CRDs' own ``openAPIV3Schema`` (PyTorchJob v1,
+MPIJob v2beta1, TrainJob v1alpha1) is what the API server would check first, so every manifest
+the generator writes for every declared (stack, instance) pair is checked against it. What this
+cannot prove: CEL rules, the operators' webhooks and what their controllers then do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from matrix.deploy import crds
+from matrix.deploy.k8s import ENTRYPOINT, KINDS, build_manifest, parse_elastic, resources
+from matrix.deploy.mounts import Claim, Mount
+from matrix.errors import UsageError, UserError
+from matrix.model.instances import get_instance_type
+from matrix.model.loader import load_matrix
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cuda@sha256:" + "b" * 64
+MATRIX = load_matrix(ROOT / "stacks.yaml")
+PAIRS = [(name, instance) for name, stack in MATRIX.stacks.items() for instance in stack.instances]
+COMMAND = ["python3", "/fsx/train.py", "--data", "/data; echo 'not a shell'"]
+MOUNTS = (Mount("/fsx", "/fsx"), Mount("/scratch/data", "/data", read_only=True))
+CLAIMS = (Claim("fsx-pvc", "/shared"),)
+
+
+def pods(manifest: dict) -> list[dict]:
+    """Every pod template's spec (PyTorchJob/MPIJob replicas; TrainJob has none of its own)."""
+    specs = manifest["spec"].get("pytorchReplicaSpecs") or manifest["spec"].get(
+        "mpiReplicaSpecs") or {}
+    return [replica["template"]["spec"] for replica in specs.values()]
+
+
+def test_the_vendored_crds_are_the_files_sources_names():
+    folder = ROOT / "matrix" / "deploy" / "schemas" / "kubeflow"
+    sources = (folder / "SOURCES.md").read_text(encoding="utf-8")
+    for crd in crds.CRDS.values():
+        digest = hashlib.sha256((folder / crd.file).read_bytes()).hexdigest()
+        row = next(line for line in sources.splitlines() if line.startswith(f"| {crd.file} "))
+        assert digest in row and re.search(r"\b[0-9a-f]{40}\b", row), row
+    assert "Apache License" in (folder / "LICENSE").read_text(encoding="utf-8")
+    assert "Version 2.0" in (folder / "LICENSE").read_text(encoding="utf-8")
+    # the repository never points outside itself for them
+    assert "../shared" not in sources and "/work/" not in sources
+
+
+@pytest.mark.parametrize(("stack", "instance_type"), PAIRS, ids=[f"{s}@{i}" for s, i in PAIRS])
+def test_every_declared_pair_makes_valid_manifests_of_every_kind(stack, instance_type):
+    s = MATRIX.stack(stack)
+    row = get_instance_type(instance_type)
+    variants = [(kind, None) for kind in KINDS] + [("pytorchjob", (1, 3))]
+    for kind, elastic in variants:
+        manifest = build_manifest(kind, stack, 2, instance_type, IMAGE, COMMAND, fabric=s.fabric,
+                                  mounts=MOUNTS, claims=CLAIMS, elastic=elastic)
+        assert crds.errors(manifest) == [], (kind, elastic)
+        # what kubectl would read back from the YAML the task prints is the same document
+        from matrix.deploy.k8s import to_yaml
+        assert yaml.safe_load(to_yaml(manifest)) == manifest
+        expected = resources(row, s.fabric)
+        efa = expected.get("limits", {}).get("vpc.amazonaws.com/efa")
+        assert efa == (str(row.efa_interfaces) if s.fabric == "efa" else None)
+        if kind == "trainjob":
+            trainer = manifest["spec"]["trainer"]
+            assert trainer["args"] == COMMAND and trainer["command"] == [ENTRYPOINT]
+            assert trainer["numNodes"] == 2
+            assert trainer.get("resourcesPerNode", {}) == expected
+            continue
+        for pod in pods(manifest):
+            (container,) = pod["containers"]
+            assert "command" not in container  # the image's ENTRYPOINT runs
+            assert container["args"] == COMMAND and container["image"] == IMAGE
+            assert {"name": "dshm", "emptyDir": {"medium": "Memory",
+                                                 "sizeLimit": f"{row.shm_mib}Mi"}} in pod["volumes"]
+            assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+            claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]
+                      if "persistentVolumeClaim" in v]
+            assert claims == ["fsx-pvc"]
+            if container["name"] != "launcher":
+                assert container.get("resources", {}) == expected
+
+
+def test_resources_follow_the_instance_table():
+    p4d = resources(get_instance_type("p4d.24xlarge"), "efa")
+    assert p4d["limits"] == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "4",
+                             "hugepages-2Mi": "5120Mi"}
+    assert p4d["requests"]["hugepages-2Mi"] == p4d["limits"]["hugepages-2Mi"]
+    assert "memory" not in p4d["limits"]  # a request only: the job owns the node
+    # tcp on an EFA type: no EFA interfaces, no huge pages
+    assert resources(get_instance_type("p4d.24xlarge"), "tcp")["limits"] == {"nvidia.com/gpu": "8"}
+    assert resources(get_instance_type("c5n.18xlarge"), "tcp") == {}
+    assert resources(get_instance_type("dl1.24xlarge"), "efa")["limits"]["habana.ai/gaudi"] == "8"
+
+
+def test_static_and_elastic_pytorchjob():
+    static = build_manifest("pytorchjob", "cuda11.7-efa", 3, "p4d.24xlarge", IMAGE, COMMAND,
+                            fabric="efa")
+    replicas = static["spec"]["pytorchReplicaSpecs"]
+    assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 2)
+    assert replicas["Master"]["template"]["spec"]["containers"][0]["name"] == "pytorch"
+    assert "elasticPolicy" not in static["spec"]
+    elastic = build_manifest("pytorchjob", "cuda11.7-efa", 3, "p4d.24xlarge", IMAGE, COMMAND,
+                             fabric="efa", elastic=(2, 4))
+    assert list(elastic["spec"]["pytorchReplicaSpecs"]) == ["Worker"]
+    assert elastic["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 3
+    policy = elastic["spec"]["elasticPolicy"]
+    assert (policy["minReplicas"], policy["maxReplicas"], policy["rdzvBackend"]) == (2, 4, "c10d")
+    single = build_manifest("pytorchjob", "cpu-tcp", 1, "c5n.18xlarge", IMAGE, COMMAND)
+    assert list(single["spec"]["pytorchReplicaSpecs"]) == ["Master"]
+
+
+def test_mpijob_workers_start_through_the_entrypoint():
+    manifest = build_manifest("mpijob", "cuda11.7-efa", 2, "p4d.24xlarge", IMAGE, COMMAND,
+                              fabric="efa", mounts=MOUNTS)
+    spec = manifest["spec"]
+    assert spec["slotsPerWorker"] == 8 and spec["mpiImplementation"] == "OpenMPI"
+    assert spec["sshAuthMountPath"] == "/root/.ssh"
+    launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    worker = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert spec["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+    # args given, so the operator does not put `/usr/sbin/sshd -De` in its place
+    for container in (launcher, worker):
+        assert "command" not in container and container["args"] == COMMAND
+        env = {item["name"]: item["value"] for item in container["env"]}
+        assert env["MNP_LAUNCHER"] == "mpirun"
+        assert not {"K_MPI_JOB_ROLE", "OMPI_MCA_orte_default_hostfile"} & set(env)
+    assert "resources" not in launcher  # the launcher holds no GPU
+    assert worker["readinessProbe"] == {"tcpSocket": {"port": 22}, "periodSeconds": 2}
+    assert {"name": "mount-1", "mountPath": "/data", "readOnly": True} in worker["volumeMounts"]
+
+
+def test_the_schema_check_rejects_what_the_api_server_would():
+    manifest = build_manifest("mpijob", "cpu-tcp", 2, "c5n.18xlarge", IMAGE, COMMAND)
+    manifest["spec"]["mpiImplementation"] = "MVAPICH"
+    del manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"]
+    found = crds.errors(manifest)
+    assert any("mpiImplementation: 'MVAPICH' is not one of" in e for e in found), found
+    assert any("containers/0: 'name' is a required property" in e for e in found), found
+    with pytest.raises(UserError, match="MPIJob fails its CRD schema"):
+        crds.validate(manifest)
+    trainjob = build_manifest("trainjob", "cpu-tcp", 2, "c5n.18xlarge", IMAGE, COMMAND)
+    trainjob["spec"]["trainer"]["numNodes"] = "two"
+    assert crds.errors(trainjob) == ["spec/trainer/numNodes: 'two' is not of type 'integer'"]
+
+
+@pytest.mark.parametrize(("text", "nodes", "words"), [
+    ("4", 2, "expected MIN:MAX"), ("3:1", 2, "need 1 <= MIN <= MAX"), ("0:2", 1, "need 1 <="),
+    ("2:4", 5, "--nodes 5 (the pods started first) must be between 2 and 4")])
+def test_bad_elastic_bounds(text, nodes, words):
+    with pytest.raises(UsageError, match=re.escape(words)):
+        parse_elastic(text, nodes)
+
+
+def test_digest_and_kind_are_required():
+    with pytest.raises(UserError, match="by digest"):
+        build_manifest("mpijob", "cpu-tcp", 2, "c5n.18xlarge", "repo/x:latest", COMMAND)
+    with pytest.raises(UsageError, match="only a pytorchjob"):
+        build_manifest("trainjob", "cpu-tcp", 2, "c5n.18xlarge", IMAGE, COMMAND, elastic=(1, 2))
+
+
+# --- invoke k8s as users call it -----------------------------------------------------------------
+
+NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+PAIR = ["--stack", "cuda11.7-efa", "--nodes", "2", "--instance-type", "p4d.24xlarge",
+        "--image-uri", IMAGE]
+
+
+def k8s_cli(*args: str, command: list[str] | None = None) -> subprocess.CompletedProcess:
+    tail = ["--", *command] if command else []
+    return subprocess.run([sys.executable, "-m", "invoke", "k8s", *args, *tail], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={**os.environ, **NO_ENGINE})
+
+
+def one_line(proc: subprocess.CompletedProcess, code: int) -> str:
+    assert proc.returncode == code, (proc.returncode, proc.stdout[-500:], proc.stderr)
+    assert "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: ")
+    return line
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_k8s_writes_a_valid_manifest_with_the_command_word_for_word(tmp_path, kind):
+    target = tmp_path / "job.yaml"
+    proc = k8s_cli("--kind", kind, *PAIR, "--mount", "/fsx:/fsx", "--pvc", "fsx-pvc:/data:ro",
+                   "--output", str(target), command=COMMAND)
+    assert proc.returncode == 0, proc.stderr
+    manifest = yaml.safe_load(target.read_text())
+    assert crds.errors(manifest) == []
+    args = (manifest["spec"]["trainer"]["args"] if kind == "trainjob"
+            else pods(manifest)[0]["containers"][0]["args"])
+    assert args == COMMAND
+    assert [p.name for p in tmp_path.iterdir()] == ["job.yaml"]  # no temporary file left
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--kind", "tfjob"], "--kind 'tfjob': no kind of that name; did you mean"),
+    (["--kind", "mpijob", "--elastic", "1:2"], "only --kind pytorchjob has elastic bounds"),
+    (["--kind", "pytorchjob", "--elastic", "two"], "--elastic 'two': expected MIN:MAX"),
+    (["--kind", "pytorchjob", "--elastic", "3:4"], "--nodes 2 (the pods started first) must be"),
+    (["--kind", "pytorchjob", "--pvc", "FSx_PVC:/fsx"], "is not a Kubernetes claim name"),
+    (["--kind", "pytorchjob", "--pvc", "fsx-pvc"], "--pvc 'fsx-pvc': expected CLAIM:PATH"),
+    (["--kind", "mpijob", "--mount", "/fsx:/root/.ssh"], "under /root/.ssh"),
+    (["--kind", "mpijob", "--mount", "fsx:/fsx"], "HOST_PATH 'fsx' must be an absolute path"),
+    (["--kind", "mpijob", "--mount", "/a:/x", "--pvc", "c:/x"], "/x is already mounted by"),
+])
+def test_k8s_command_line_mistakes_are_one_line_and_exit_2(tmp_path, args, words):
+    target = tmp_path / "job.yaml"
+    target.write_text("old\n")
+    line = one_line(k8s_cli(*args, *PAIR, "--output", str(target), command=COMMAND), 2)
+    assert words in line
+    assert target.read_text() == "old\n"
+
+
+def test_k8s_refuses_a_pair_and_a_plan_with_problems(tmp_path):
+    target = tmp_path / "job.yaml"
+    line = one_line(k8s_cli("--kind", "mpijob", "--stack", "cuda11.7-efa", "--nodes", "2",
+                            "--instance-type", "m5.24xlarge", "--image-uri", IMAGE, "--output",
+                            str(target), command=COMMAND), 1)
+    assert "cuda-stack-needs-gpu-instance" in line
+    # torchrun is what a PyTorchJob runs; cpu-mpi has no PyTorch: explain's PROBLEM line
+    line = one_line(k8s_cli("--kind", "pytorchjob", "--stack", "cpu-mpi", "--nodes", "2",
+                            "--instance-type", "c5n.18xlarge", "--image-uri", IMAGE, "--output",
+                            str(target), command=COMMAND), 1)
+    assert "torchrun needs PyTorch" in line
+    assert not target.exists()
+
+
+def test_k8s_without_a_command_or_kind(tmp_path):
+    assert "give the training command after --" in one_line(k8s_cli("--kind", "mpijob", *PAIR), 2)
+    assert "missing option --kind" in one_line(k8s_cli(*PAIR, command=COMMAND), 2)

@@ -1,0 +1,238 @@
+"""Slurm batch scripts (`invoke sbatch`) for clusters with pyxis and enroot.
+
+Two kinds of check. The script's content (directives, the srun line, the environment, the
+command word for word) is read back with the shell's own rules. Then the #SBATCH directives are
+submitted with ``sbatch --test-only`` to a real Slurm 22.05 controller (tests/integration's
+cluster, in containers of the cpu-tcp image) whose nodes are configured with the instance's
+CPUs and GPUs: Slurm itself says whether the allocation the script asks for exists. What this
+cannot check: the cluster has no pyxis/enroot (neither is packaged for Debian), so the srun line's
+``--container-*`` options are never executed here; ``--test-only`` does not run the script.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from matrix.deploy.mounts import Mount
+from matrix.deploy.sbatch import build_sbatch_script, directives, enroot_image
+from matrix.errors import UserError
+from matrix.model.instances import get_instance_type
+from matrix.model.loader import load_matrix
+
+ROOT = Path(__file__).resolve().parents[2]
+DIGEST = "sha256:" + "c" * 64
+IMAGE = f"123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cuda@{DIGEST}"
+COMMAND = ["python3", "-c", "import sys; print('a b', sys.argv)", "it's", "$HOME", "*"]
+
+
+def srun_words(script: str) -> list[str]:
+    """The srun line as the shell splits it (continuation lines joined)."""
+    text = script.replace("\\\n", " ")
+    (line,) = [line for line in text.splitlines() if line.startswith("srun ")]
+    return shlex.split(line)
+
+
+def exports(script: str) -> dict[str, str]:
+    found = {}
+    for line in script.splitlines():
+        if line.startswith("export "):
+            (word,) = shlex.split(line[len("export "):])
+            name, _, value = word.partition("=")
+            found[name] = value
+    return found
+
+
+def test_mpirun_layout_one_task_per_gpu_with_pmix():
+    mounts = [Mount("/fsx", "/fsx"), Mount("/scratch/ds", "/data", read_only=True)]
+    script = build_sbatch_script("cuda11.7-efa", 4, "p4d.24xlarge", IMAGE, COMMAND,
+                                 fabric="efa", mounts=mounts)
+    assert script.startswith("#!/bin/bash\n")
+    assert directives(script) == {"--job-name": "mnp-cuda11.7-efa", "--nodes": "4",
+                                  "--ntasks-per-node": "8", "--gpus-per-node": "8",
+                                  "--exclusive": "", "--output": "mnp-cuda11.7-efa-%j.out"}
+    words = srun_words(script)
+    assert words[:6] == [
+        "srun", "--mpi=pmix",
+        f"--container-image=123456789012.dkr.ecr.us-east-1.amazonaws.com#mnp/cuda:{DIGEST}",
+        "--container-entrypoint", "--container-mounts=/fsx:/fsx,/scratch/ds:/data:ro",
+        "python3"]
+    assert words[5:] == COMMAND  # word for word, whatever the quoting
+    env = exports(script)
+    assert env == {"MNP_FABRIC": "efa", "MNP_INSTANCE_TYPE": "p4d.24xlarge",
+                   "MNP_LAUNCHER": "mpirun", "MNP_SLOTS_PER_NODE": "8", "MNP_WAIT_TIMEOUT": "600"}
+    # the scheduler is detected, never forced: a pmix task must still be seen as a rank
+    assert "MNP_SCHEDULER" not in script
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "deepspeed", "torch.distributed.launch", "none"])
+def test_per_node_launchers_get_one_task_per_node(launcher):
+    script = build_sbatch_script("cuda11.7-efa", 2, "p4d.24xlarge", IMAGE, ["python3", "t.py"],
+                                 launcher=launcher)
+    assert directives(script)["--ntasks-per-node"] == "1"
+    assert directives(script)["--gpus-per-node"] == "8"
+    words = srun_words(script)
+    assert "--mpi=pmix" not in words and "--container-mounts" not in " ".join(words)
+    assert exports(script)["MNP_LAUNCHER"] == launcher
+
+
+def test_cpu_instance_asks_for_no_gpus_and_a_rank_per_core():
+    script = build_sbatch_script("cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["true"])
+    assert "--gpus-per-node" not in directives(script)
+    assert directives(script)["--ntasks-per-node"] == str(
+        get_instance_type("c5n.18xlarge").slots_per_node())
+
+
+@pytest.mark.parametrize(("uri", "expected"), [
+    (IMAGE, f"123456789012.dkr.ecr.us-east-1.amazonaws.com#mnp/cuda:{DIGEST}"),
+    (f"127.0.0.1:5000/mnp-stacks@{DIGEST}", f"127.0.0.1:5000#mnp-stacks:{DIGEST}"),
+    (f"localhost/team/x@{DIGEST}", f"localhost#team/x:{DIGEST}"),
+    (f"library/ubuntu@{DIGEST}", f"library/ubuntu:{DIGEST}"),  # Docker Hub: no registry part
+])
+def test_enroot_image_reference(uri, expected):
+    assert enroot_image(uri) == expected
+
+
+def test_enroot_image_needs_a_digest():
+    with pytest.raises(UserError, match="by digest"):
+        enroot_image("123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cuda:latest")
+
+
+def test_the_script_is_valid_bash_and_bash_reads_the_command_word_for_word(tmp_path):
+    """bash parses the whole script, and bash itself splits the srun line into the words that
+    reach srun: the command is there as typed, whatever quotes or $ it holds."""
+    script = build_sbatch_script("cpu-tcp", 2, "c5n.18xlarge", IMAGE, COMMAND,
+                                 mounts=[Mount("/fsx", "/fsx")])
+    path = tmp_path / "job.sbatch"
+    path.write_text(script)
+    assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
+    line = " ".join(script.replace("\\\n", " ").splitlines()[-1:])
+    assert line.startswith("srun ")
+    proc = subprocess.run(["bash", "-c", f"set -- {line}; printf '%s\\0' \"$@\""],
+                          capture_output=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    words = proc.stdout.decode().split("\0")[:-1]
+    assert words == srun_words(script) and words[-len(COMMAND):] == COMMAND
+
+
+MATRIX = load_matrix(ROOT / "stacks.yaml")
+PAIRS = [(name, instance) for name, stack in MATRIX.stacks.items() for instance in stack.instances]
+
+
+@pytest.mark.parametrize(("stack", "instance_type"), PAIRS, ids=[f"{s}@{i}" for s, i in PAIRS])
+def test_every_declared_pair_makes_a_script_bash_accepts(stack, instance_type, tmp_path):
+    s = MATRIX.stack(stack)
+    row = get_instance_type(instance_type)
+    script = build_sbatch_script(stack, 2, instance_type, IMAGE, ["python3", "train.py"],
+                                 fabric=s.fabric, mounts=[Mount("/fsx", "/fsx")])
+    found = directives(script)
+    assert found.get("--gpus-per-node") == (str(row.gpus) if row.gpus else None)
+    assert found["--ntasks-per-node"] == str(row.slots_per_node())
+    assert exports(script)["MNP_FABRIC"] == s.fabric
+    path = tmp_path / "job.sbatch"
+    path.write_text(script)
+    assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
+
+
+# --- invoke sbatch as users call it --------------------------------------------------------------
+
+PAIR = ["--stack", "cuda11.7-efa", "--nodes", "2", "--instance-type", "p4d.24xlarge",
+        "--image-uri", IMAGE]
+
+
+def sbatch_cli(*args: str, command: list[str] | None = None) -> subprocess.CompletedProcess:
+    tail = ["--", *command] if command else []
+    return subprocess.run([sys.executable, "-m", "invoke", "sbatch", *args, *tail], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+
+
+def one_line(proc: subprocess.CompletedProcess, code: int) -> str:
+    assert proc.returncode == code, (proc.returncode, proc.stdout[-500:], proc.stderr)
+    assert "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: ")
+    return line
+
+
+def test_sbatch_writes_the_script(tmp_path):
+    target = tmp_path / "job.sbatch"
+    proc = sbatch_cli(*PAIR, "--mount", "/fsx:/fsx:ro", "--output", str(target), command=COMMAND)
+    assert proc.returncode == 0, proc.stderr
+    script = target.read_text()
+    assert srun_words(script)[-len(COMMAND):] == COMMAND
+    assert "--container-mounts=/fsx:/fsx:ro" in srun_words(script)
+    assert [p.name for p in tmp_path.iterdir()] == ["job.sbatch"]
+
+
+@pytest.mark.parametrize(("args", "code", "words"), [
+    (["--mount", "/fsx"], 2, "--mount '/fsx': expected HOST_PATH:CONTAINER_PATH[:ro]"),
+    (["--mount", "/fsx,x:/fsx"], 2, "may not hold ',', ':'"),
+    (["--launcher", "srun"], 2, "--launcher 'srun': no launcher of that name"),
+    (["--stack", "cpu-mpi", "--launcher", "torchrun"], 1, "torchrun needs PyTorch"),
+])
+def test_sbatch_mistakes_are_one_line(tmp_path, args, code, words):
+    target = tmp_path / "job.sbatch"
+    target.write_text("old\n")
+    pair = PAIR if "--stack" not in args else ["--nodes", "2", "--instance-type",
+                                                "c5n.18xlarge", "--image-uri", IMAGE]
+    line = one_line(sbatch_cli(*args, *pair, "--output", str(target), command=["true"]), code)
+    assert words in line
+    assert target.read_text() == "old\n"
+
+
+# --- the directives against a real Slurm controller ----------------------------------------------
+
+def _slurm_cluster_module():
+    """tests/integration/slurm_cluster.py (the cluster the Slurm tests start), by path."""
+    path = ROOT / "tests" / "integration" / "slurm_cluster.py"
+    spec = importlib.util.spec_from_file_location("mnp_slurm_cluster", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def instance_shaped(cluster, instance_type: str) -> None:
+    """Configure the cluster's nodes with the instance's CPUs (and its GPUs through GRES over
+    fake devices): slurmd takes the configured figures with config_overrides."""
+    row = get_instance_type(instance_type)
+    conf = (cluster.etc / "slurm.conf").read_text()
+    conf = conf.replace("CPUs=2 ", f"CPUs={row.vcpus} ")
+    (cluster.etc / "slurm.conf").write_text("SlurmdParameters=config_overrides\n" + conf)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.parametrize(("stack", "instance_type"), [("cuda11.7-efa", "p4d.24xlarge"),
+                                                      ("cpu-tcp", "c5n.18xlarge")])
+def test_slurm_accepts_the_directives(docker_client, cpu_tcp_image, tmp_path, stack,
+                                      instance_type):
+    slurm = _slurm_cluster_module()
+    row = get_instance_type(instance_type)
+    image = slurm.slurm_image(docker_client, cpu_tcp_image)
+    cluster = slurm.SlurmCluster(docker_client, image, tmp_path / "cluster", nodes=2,
+                                 gpus_per_node=row.gpus)
+    try:
+        instance_shaped(cluster, instance_type)
+        cluster.start()
+        cluster.wait_ready()
+        for nodes in (2, 3):  # the cluster has 2 nodes: 3 must be refused by Slurm
+            target = cluster.share / f"job-{nodes}.sbatch"
+            proc = sbatch_cli("--stack", stack, "--nodes", str(nodes), "--instance-type",
+                              instance_type, "--image-uri", IMAGE, "--output", str(target),
+                              command=["python3", "train.py"])
+            assert proc.returncode == 0, proc.stderr
+            code, output = cluster.run(f"sbatch --test-only /share/{target.name}")
+            if nodes == 2:
+                assert code == 0 and "to start at" in output, output + cluster.logs()
+            else:
+                assert code != 0 and "Requested node configuration is not available" in output, \
+                    output
+    finally:
+        cluster.cleanup()
