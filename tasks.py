@@ -28,10 +28,15 @@ JSON = "print JSON instead of a table"
 
 
 @task(help={"stacks": HELP["stacks"], "json": JSON,
-            "names": "print only the stack names, one a line (for shell completion)"})
+            "names": "print only the stack names, one a line (for shell completion)",
+            "instance_types": "print only the instance table's types, one a line (completion)",
+            "launchers": "print only the launcher names, one a line (completion)"})
 @options.user_errors
-def stacks(c, stacks=STACKS, json=False, names=False):
-    """Table of stacks: base, components, target instances, valid or why not."""
+def stacks(c, stacks=STACKS, json=False, names=False, instance_types=False, launchers=False):
+    """Table of stacks: base, components, target instances, valid (buildable) or why not."""
+    if instance_types or launchers:
+        catalog.show_names(stacks, "instance-types" if instance_types else "launchers")
+        return
     catalog.show_stacks(stacks, as_json=json, names_only=names)
 
 

@@ -8,8 +8,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from docker.errors import ImageNotFound
-
 from matrix.cli import options
 from matrix.cli.options import (
     LAUNCHERS,
@@ -144,6 +142,8 @@ def _write_atomically(path: Path, text: str, option: str) -> None:
 
 def _local_digest_uri(matrix: Matrix, stack: str) -> str:
     """The pushed digest of the stack's image, read only from an engine that already runs."""
+    from docker.errors import ImageNotFound
+
     from matrix.image import engine
 
     image = f"{matrix.repository}:{stack}"
@@ -165,6 +165,8 @@ def _local_digest_uri(matrix: Matrix, stack: str) -> str:
 
 def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
              command: list[str]) -> int:
+    from docker.errors import ImageNotFound
+
     from matrix.deploy import rehearse as rh
     from matrix.image import engine
 
