@@ -100,9 +100,9 @@ def stack_names(stacks_file: str) -> list[str]:
 def show_names(stacks_file: str, what: str = "stacks") -> None:
     """One name a line, for shell completion: stacks, instance types or launchers."""
     if what == "instance-types":
-        from matrix.model.instances import INSTANCE_TYPES
+        from matrix.model.instances import instance_names
 
-        names = list(INSTANCE_TYPES)
+        names = instance_names()
     elif what == "launchers":
         names = list(LAUNCHERS)
     else:
@@ -111,7 +111,8 @@ def show_names(stacks_file: str, what: str = "stacks") -> None:
 
 
 def show_stacks(stacks_file: str, as_json: bool = False, names_only: bool = False) -> None:
-    """Table of every stack with its versions, targets and whether it passes the rules."""
+    """Every stack with its versions, targets, whether it passes the rules and whether it can
+    be built yet."""
     if names_only:  # for shell completion: no rule check, one name a line
         show_names(stacks_file)
         return
@@ -120,41 +121,11 @@ def show_stacks(stacks_file: str, as_json: bool = False, names_only: bool = Fals
     if as_json:
         emit_json({"file": str(matrix.path), "default_stack": default_stack(matrix),
                    "stacks": rows})
-    elif _table_fits(rows, console.width):
-        _print_table(matrix, rows)
     else:
         _print_blocks(matrix, rows, console.width)
     bad = sum(not row["valid"] for row in rows)
     if bad:
         raise UserError(f"{bad} stack(s) in {matrix.path} break compatibility rules")
-
-
-COLUMNS = ("stack", "base", "components", "instances", "status")
-
-
-def _cells(row: dict[str, Any]) -> list[str]:
-    name = row["name"] + (" (default)" if row["default"] else "")
-    return [name, row["base"]["image"], ", ".join(component_parts(row)),
-            ", ".join(row["instances"]), status(row)]
-
-
-def _table_fits(rows: list[dict[str, Any]], width: int) -> bool:
-    """Whether the table fits ``width`` without folding a word: each column at least as wide
-    as its longest word, plus rich's borders and padding (3 a column, 1 at the end)."""
-    longest = [max(len(word) for cell in [column, *cells] for word in cell.split())
-               for column, *cells in zip(COLUMNS, *(_cells(row) for row in rows))]
-    return sum(longest) + 3 * len(COLUMNS) + 1 <= width
-
-
-def _print_table(matrix: Matrix, rows: list[dict[str, Any]]) -> None:
-    from rich.table import Table
-
-    table = Table(title=f"stacks in {matrix.path}", show_lines=True)
-    for column in COLUMNS:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*_cells(row))
-    console.print(table)
 
 
 def pack(items: list[str], width: int, indent: str) -> list[str]:
@@ -184,8 +155,9 @@ def _field(label: str, items: list[str], width: int) -> list[str]:
 
 
 def _print_blocks(matrix: Matrix, rows: list[dict[str, Any]], width: int) -> None:
-    """The table as one block a stack, for terminals narrower than the table: lines break only
-    between words, so no stack, image, component or instance name is split."""
+    """One block a stack, as wide as the terminal (or COLUMNS, or 100 piped): lines break only
+    between whole names (a component and its version stay together), never inside one, which a
+    five-column table cannot promise for registry paths such as Habana's 91-character image."""
     out = [f"stacks in {matrix.path}"]
     for row in rows:
         name = row["name"] + (" (default)" if row["default"] else "")

@@ -123,6 +123,16 @@ def load_instance_types(path: Path = TABLE) -> dict[str, InstanceType]:
     }
 
 
+def instance_names(path: Path = TABLE) -> list[str]:
+    """The table's instance types, read without the schema check (shell completion asks on
+    every Tab; every task that uses a row loads the checked table)."""
+    data = yamlsrc.load(path).data
+    rows = data.get("instances") if isinstance(data, dict) else None
+    if not isinstance(rows, dict):
+        raise UserError(f"{path}: expected a mapping with sources and instances")
+    return [str(name) for name in rows]
+
+
 class _Table(Mapping[str, InstanceType]):
     """The instance table, read on first use rather than at import: shell completion imports
     this module on every Tab and never looks a type up (nor should it load jsonschema)."""
