@@ -5,6 +5,7 @@ Each test here reproduces one defect a new user hit (issue 11) and checks the be
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -359,6 +360,84 @@ def test_no_task_has_short_flags(task):
     proc = invoke("--help", task)
     assert proc.returncode == 0, proc.stderr
     assert not re.findall(r"^\s+-[a-zA-Z][ ,=]", proc.stdout, re.M), proc.stdout
+
+
+def _task_options() -> list[tuple[str, str, object]]:
+    """(task, option, default) for every option of every task, from tasks.py's signatures."""
+    import inspect
+
+    import invoke as invoke_lib
+
+    found = []
+    for name, task in sorted(invoke_lib.Collection.from_module(_tasks_module()).tasks.items()):
+        for parameter in list(inspect.signature(task.body).parameters.values())[1:]:
+            found.append((name, "--" + parameter.name.replace("_", "-"), parameter.default))
+    return found
+
+
+@functools.cache
+def _tasks_module():
+    """tasks.py as a module, without its command-line check (it runs only under invoke)."""
+    import importlib.util
+    from unittest import mock
+
+    spec = importlib.util.spec_from_file_location("project_tasks", ROOT / "tasks.py")
+    module = importlib.util.module_from_spec(spec)
+    with mock.patch.object(sys, "argv", ["tests"]):
+        spec.loader.exec_module(module)
+    return module
+
+
+REQUIRED = {("jobdef", "--nodes"), ("jobdef", "--instance-type"), ("explain", "--instance-type"),
+            ("push", "--registry")}
+
+
+@pytest.mark.parametrize("task", sorted({task for task, _, _ in _task_options()}))
+def test_help_shows_each_options_text_marking_required_ones_and_defaults(task):
+    """Issue 16 item 18: `invoke --help TASK` printed bare option names; the help texts were
+    consumed by the parser contexts built to check the command line."""
+    proc = invoke("--help", task)
+    assert proc.returncode == 0, proc.stderr
+    options = proc.stdout.split("Options:", 1)[1]
+    text = {}  # option -> its help text, joined across wrapped lines
+    for line in options.splitlines():
+        match = re.match(r"^  (--[a-z-]+)(=\S+)?\s*(.*)$", line)
+        if match:
+            current = match.group(1)
+            text[current] = match.group(3)
+        elif line.strip() and text:
+            text[current] += " " + line.strip()
+    for name, option, default in _task_options():
+        if name != task:
+            continue
+        assert text.get(option), (option, proc.stdout)
+        if (task, option) in REQUIRED:
+            assert "(required)" in text[option], (option, text[option])
+        elif not isinstance(default, bool):  # a flag's default is off; a value has a default
+            assert "default" in text[option], (option, text[option])
+
+
+def test_readme_plan_example_counts_layers_as_plan_does():
+    """Issue 16 item 18: README said 11 layers where `invoke plan` prints 12."""
+    data = plan_json("--stack", "cpu-tcp", "--stack", "cpu-mpi")
+    total = len(data["layers"])
+    shared = sum(len(layer["stacks"]) > 1 for layer in data["layers"])
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    line = next(x for x in readme.splitlines() if x.startswith("invoke plan --stack cpu-tcp --stack cpu-mpi"))
+    assert line.endswith(f"# two stacks: {total} layers, {shared} of them shared"), line
+
+
+def test_readme_says_which_commands_take_the_stacks_file():
+    """README said every command takes --stacks; `engine` and `check` do not."""
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    import invoke as invoke_lib
+
+    every = set(invoke_lib.Collection.from_module(_tasks_module()).tasks)
+    without = sorted(every - {task for task, option, _ in _task_options() if option == "--stacks"})
+    assert without == ["check", "engine"]
+    assert ("Every command that reads the stacks file (all but `engine` and `check`) takes "
+            "`--stacks PATH`") in readme
+    assert "a `description`" in readme.split("## Adding a component or a stack", 1)[1]
 
 
 def test_short_flags_are_refused():
