@@ -33,7 +33,7 @@ JSON = "print JSON instead of a table"
             "launchers": "print only the launcher names, one a line (completion)"})
 @options.user_errors
 def stacks(c, stacks=STACKS, json=False, names=False, instance_types=False, launchers=False):
-    """Table of stacks: base, components, target instances, valid (buildable) or why not."""
+    """Every stack: base, components, target instances; valid, or why not, or not buildable yet."""
     if instance_types or launchers:
         catalog.show_names(stacks, "instance-types" if instance_types else "launchers")
         return
