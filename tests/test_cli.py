@@ -532,6 +532,19 @@ def test_completion_reads_the_stacks_file_given_with_an_equals_sign(tmp_path):
         "cpu-tcp", "cpu-mine"]
 
 
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """`invoke stacks --names | head -1`: the pipe is closed before invoke writes."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "invoke", "stacks", "--names"], cwd=ROOT,
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=120,
+                              check=False)
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (1, "")
+
+
 HEAVY = ("docker", "jsonschema", "requests", "boto3", "botocore", "urllib3")
 
 

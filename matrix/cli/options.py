@@ -64,7 +64,9 @@ def user_errors(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            result = func(*args, **kwargs)
+            sys.stdout.flush()  # a reader that left shows here, not at the interpreter's exit
+            return result
         except UserError as exc:
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(exc.exit_code)
