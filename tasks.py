@@ -30,10 +30,15 @@ MOUNT_HELP = ("HOST_PATH:CONTAINER_PATH[:ro], a host folder (e.g. FSx for Lustre
 
 
 @task(help={"stacks": HELP["stacks"], "json": JSON,
-            "names": "print only the stack names, one a line (for shell completion)"})
+            "names": "print only the stack names, one a line (for shell completion)",
+            "instance_types": "print only the instance table's types, one a line (completion)",
+            "launchers": "print only the launcher names, one a line (completion)"})
 @options.user_errors
-def stacks(c, stacks=STACKS, json=False, names=False):
-    """Table of stacks: base, components, target instances, valid or why not."""
+def stacks(c, stacks=STACKS, json=False, names=False, instance_types=False, launchers=False):
+    """Every stack: base, components, target instances; valid, or why not, or not buildable yet."""
+    if instance_types or launchers:
+        catalog.show_names(stacks, "instance-types" if instance_types else "launchers")
+        return
     catalog.show_stacks(stacks, as_json=json, names_only=names)
 
 
@@ -65,7 +70,8 @@ def matrix(c, stacks=STACKS):
     catalog.ci_matrix(stacks)
 
 
-BUILD_HELP = dict(HELP, registry="registry to pull unchanged layers from (e.g. ECR URI)",
+BUILD_HELP = dict(HELP, registry="registry to pull unchanged layers from, e.g. an ECR URI "
+                                   "(default: none, build them here)",
                   ca_bundle="extra CA bundle for downloads during the build (default: PIP_CERT, "
                             "REQUESTS_CA_BUNDLE or SSL_CERT_FILE); never stored in an image")
 
@@ -104,14 +110,14 @@ def test_(c, stack=None, all=False, stacks=STACKS):  # noqa: A002
     images.test_stack(stacks, stack, all)
 
 
-@task(help={"pytest": "extra pytest arguments, e.g. \"-k plan -x\""})
+@task(help={"pytest": "extra pytest arguments, e.g. \"-k plan -x\" (default: none)"})
 @options.user_errors
 def check(c, pytest=""):
     """The whole test suite (README's test command, run by CI): ruff, lint, pytest."""
     suite.check(pytest)
 
 
-@task(help={"stack": ONE["stack"], "registry": "registry URI (ECR or host[:port][/prefix])",
+@task(help={"stack": ONE["stack"], "registry": "registry URI, ECR or host[:port][/prefix] (required)",
             "force": "push even without a passing `invoke test` of this exact image (loud)",
             "stacks": HELP["stacks"]}, iterable=["stack"])
 @options.user_errors
@@ -124,8 +130,8 @@ def push(c, stack=None, registry=None, force=False, stacks=STACKS):
             "instance_type": "e.g. p3dn.24xlarge (required)",
             "image_uri": "image by digest (default: the pushed digest of <repo>:<stack>, read from "
                          "a running Docker engine)",
-            "secret_arn": "Secrets Manager ARN injected as MNP_SECRET",
-            "execution_role_arn": "role Batch uses to read the secret",
+            "secret_arn": "Secrets Manager ARN injected as MNP_SECRET (default: none)",
+            "execution_role_arn": "role Batch uses to read the secret (default: none)",
             "launcher": "mpirun (default), deepspeed, torchrun, torch.distributed.launch or none",
             "output": "write the JSON to this file (default: print it)",
             "register": "call batch:RegisterJobDefinition",
@@ -181,7 +187,7 @@ def k8s(c, kind=None, stack=None, nodes=None, instance_type=None, image_uri=None
 
 
 @task(help={"stack": ONE["stack"], "nodes": "number of nodes (containers), default 2",
-            "late_node": "index of a node started late", "mount": MOUNT_HELP,
+            "late_node": "index of a node started late (default: none)", "mount": MOUNT_HELP,
             "stacks": HELP["stacks"]},
       iterable=["stack", "mount"])
 @options.user_errors
@@ -200,9 +206,9 @@ def pin(c, check=False, stacks=STACKS):
     catalog.pin(stacks, check)
 
 
-@task(help={"stack": ONE["stack"], "instance_type": "e.g. p4d.24xlarge",
+@task(help={"stack": ONE["stack"], "instance_type": "e.g. p4d.24xlarge (required)",
             "nodes": "number of nodes (default 2)",
-            "launcher": "mpirun, deepspeed, torchrun, torch.distributed.launch or none",
+            "launcher": "mpirun (default), deepspeed, torchrun, torch.distributed.launch or none",
             "json": "print the plan as JSON", "stacks": HELP["stacks"]},
       iterable=["stack"])
 @options.user_errors
@@ -217,7 +223,7 @@ def explain(c, stack=None, instance_type=None, nodes="2", launcher="mpirun", jso
 # Read the command line before invoke's parser does, so that its messages ("No idea what
 # 'python3' is!") never reach a user: one line saying what to type instead, exit 2.
 if sys.argv and sys.argv[0].rsplit("/", 1)[-1] in ("invoke", "inv", "__main__.py", "mnp-stacks"):
-    usage.check(sys.argv, invoke.Collection.from_module(sys.modules[__name__]).to_contexts(),
+    usage.check(sys.argv, usage.parser_contexts(invoke.Collection.from_module(sys.modules[__name__])),
                 with_command=("run", "explain", "jobdef", "sbatch", "k8s"),
                 core=invoke.parser.ParserContext(args=invoke.Program().core_args()
                                                  + invoke.Program().task_args()))

@@ -1,23 +1,44 @@
 # Bash completion for this project's invoke tasks: task names and options (from invoke's own
-# completion) and, after --stack, the stack names of the stacks file (`invoke stacks --names`).
+# completion); after --stack, the stack names of the stacks file (`invoke stacks --names`, which
+# honours a --stacks FILE or --stacks=FILE given earlier on the line); after --instance-type and
+# --launcher, the instance table's types and the launcher names (`invoke stacks
+# --instance-types`, `invoke stacks --launchers`).
 #   source completion/mnp-stacks.bash        # in ~/.bashrc, with the project's venv on PATH
-# Works for `invoke ...`, `inv ...` and `./dev invoke ...`.
+# Works for `invoke ...`, `inv ...` and `./dev invoke ...`. Each Tab runs one invoke process that
+# imports no Docker, AWS or JSON Schema library (tests/test_cli.py checks), so it stays quick.
 
 _mnp_stacks_complete() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="" words=() i runner=(invoke) stacks_file=""
     [ "$COMP_CWORD" -gt 0 ] && prev="${COMP_WORDS[COMP_CWORD-1]}"
+    # `--stack=cpu<Tab>`: bash splits at "=" (COMP_WORDBREAKS), so the option is two words back
+    if [ "$cur" = "=" ]; then
+        prev="${COMP_WORDS[COMP_CWORD-1]}" cur=""
+    elif [ "$prev" = "=" ] && [ "$COMP_CWORD" -gt 1 ]; then
+        prev="${COMP_WORDS[COMP_CWORD-2]}"
+    fi
     words=("${COMP_WORDS[@]}")
     if [ "${words[0]}" = "./dev" ]; then
         runner=(./dev invoke)
         words=("${words[@]:1}")            # complete `./dev invoke ...` as `invoke ...`
         [ "${#words[@]}" -le 1 ] && { COMPREPLY=($(compgen -W "invoke" -- "$cur")); return 0; }
     fi
-    for ((i = 1; i < ${#words[@]} - 1; i++)); do   # a --stacks FILE given earlier on the line
-        [ "${words[i]}" = "--stacks" ] && stacks_file="${words[i+1]}"
+    for ((i = 1; i < ${#words[@]} - 1; i++)); do   # a stacks file given earlier on the line
+        case "${words[i]}" in
+            --stacks)
+                if [ "${words[i+1]}" = "=" ]; then stacks_file="${words[i+2]}"
+                else stacks_file="${words[i+1]}"; fi ;;
+            --stacks=*) stacks_file="${words[i]#--stacks=}" ;;  # "=" not a word break here
+        esac
     done
     case "$prev" in
         --stack)
             COMPREPLY=($(compgen -W "$("${runner[@]}" stacks --names --stacks "${stacks_file:-stacks.yaml}" 2>/dev/null)" -- "$cur"))
+            return 0 ;;
+        --instance-type)
+            COMPREPLY=($(compgen -W "$("${runner[@]}" stacks --instance-types 2>/dev/null)" -- "$cur"))
+            return 0 ;;
+        --launcher)
+            COMPREPLY=($(compgen -W "$("${runner[@]}" stacks --launchers 2>/dev/null)" -- "$cur"))
             return 0 ;;
         --stacks|--metadata-file|--ca-bundle|--output)
             COMPREPLY=($(compgen -f -- "$cur"))

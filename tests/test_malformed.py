@@ -223,7 +223,10 @@ REGRESSIONS = {
     "self-referencing alias (18 bytes)": (b"a: &r\n  b: *r\nc: 1", "stacks.yaml:1: recursive alias"),
     "self-referencing alias in the matrix": (
         with_value("    instances: ", "&r [*r]"), "recursive alias"),
-    "20,000 levels of nesting": (b"[" * 20_000 + b"]" * 20_000, "nesting deeper than 64 levels"),
+    # the libyaml bundled in the PyYAML 6.0.4 wheel stops flow nesting this deep itself
+    # ("exceeded maximum nesting depth"); without that limit our bound says "nesting deeper
+    # than 64 levels": either way one line about nesting
+    "20,000 levels of nesting": (b"[" * 20_000 + b"]" * 20_000, "nesting"),
     "deep block nesting": ("".join(" " * i + "a:\n" for i in range(2_000)).encode(),
                            "stacks.yaml:65: invalid YAML: nesting deeper than 64 levels"),
     "alias bomb (10 lines)": ("\n".join(

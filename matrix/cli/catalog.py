@@ -1,17 +1,22 @@
 """Tasks about the stacks file and its plan: ``stacks``, ``render``, ``plan``, ``lint``,
-``matrix``, ``pin``."""
+``matrix``, ``pin``.
+
+Heavy modules (the planner, jinja2, jsonschema, docker) are imported inside the tasks that need
+them: completion runs ``invoke stacks --names`` and ``invoke --complete`` on every Tab, and both
+import this module.
+"""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
-from typing import Any
-
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from matrix.cli.options import (
+    LAUNCHERS,
     console,
     default_stack,
     emit_json,
@@ -21,16 +26,19 @@ from matrix.cli.options import (
     shown,
 )
 from matrix.errors import UserError
-from matrix.image import generated
-from matrix.image.plan import Plan, plan
 from matrix.model.entities import Matrix
-from matrix.model.rules import check_matrix
 from matrix.model.settings import GENERATED, ROOT
+
+if TYPE_CHECKING:
+    from matrix.image.plan import Plan
 
 # --- stacks --------------------------------------------------------------------------------------
 
 def stacks_data(matrix: Matrix) -> list[dict[str, Any]]:
-    """Every stack with its base, component versions, targets and rule check, as data."""
+    """Every stack with its base, component versions, targets, rule check and whether it can be
+    built yet, as data."""
+    from matrix.model.rules import check_matrix
+
     rows = []
     for name, violations in check_matrix(matrix).items():
         stack = matrix.stacks[name]
@@ -44,6 +52,8 @@ def stacks_data(matrix: Matrix) -> list[dict[str, Any]]:
             "valid": not violations,
             "violations": [f"{v.trigger} needs {v.component} {' or '.join(v.wanted)} "
                            f"(found {v.found or 'none'}) [{v.rule.id}]" for v in violations],
+            "buildable": not stack.unpinned(),
+            "unpinned": stack.unpinned(),
         })
     return rows
 
@@ -56,35 +66,116 @@ def component_parts(row: dict[str, Any]) -> list[str]:
     return parts + [f"{layer['component']} {layer['version']}" for layer in row["layers"]]
 
 
+def status(row: dict[str, Any]) -> str:
+    """valid; or INVALID and the rules it breaks; or why it cannot be built yet."""
+    if not row["valid"]:
+        return "INVALID: " + "; ".join(row["violations"])
+    if not row["buildable"]:
+        return f"valid, NOT BUILDABLE YET: {unpinned_text(row['unpinned'])}"
+    return "valid"
+
+
+def unpinned_text(labels: list[str]) -> str:
+    """'X has no sha256 pin ...' for the layers that fail closed (``Stack.unpinned``)."""
+    one = len(labels) == 1
+    return (f"{', '.join(labels)} {'has' if one else 'have'} no sha256 pin (`download`) in the "
+            f"stacks file, so {'its layer fails' if one else 'their layers fail'} closed")
+
+
+def stack_names(stacks_file: str) -> list[str]:
+    """The stack names of a stacks file, read without checking it: completion asks for them on
+    every Tab, so this reads YAML only (no schema, no rules); the other tasks check the file."""
+    from matrix.model import yamlsrc
+
+    path = Path(stacks_file)
+    if not path.is_file():
+        load(stacks_file)  # the one-line error every task gives for a missing file
+    data = yamlsrc.load(path).data
+    stacks = data.get("stacks") if isinstance(data, dict) else None
+    if not isinstance(stacks, dict):
+        raise UserError(f"{path}: expected a mapping with a `stacks` mapping")
+    return [str(name) for name in stacks]
+
+
+def show_names(stacks_file: str, what: str = "stacks") -> None:
+    """One name a line, for shell completion: stacks, instance types or launchers."""
+    if what == "instance-types":
+        from matrix.model.instances import instance_names
+
+        names = instance_names()
+    elif what == "launchers":
+        names = list(LAUNCHERS)
+    else:
+        names = stack_names(stacks_file)
+    print("\n".join(names))
+
+
 def show_stacks(stacks_file: str, as_json: bool = False, names_only: bool = False) -> None:
-    """Table of every stack with its versions, targets and whether it passes the rules."""
-    matrix = load(stacks_file)
+    """Every stack with its versions, targets, whether it passes the rules and whether it can
+    be built yet."""
     if names_only:  # for shell completion: no rule check, one name a line
-        print("\n".join(matrix.stacks))
+        show_names(stacks_file)
         return
+    matrix = load(stacks_file)
     rows = stacks_data(matrix)
     if as_json:
         emit_json({"file": str(matrix.path), "default_stack": default_stack(matrix),
                    "stacks": rows})
     else:
-        table = Table(title=f"stacks in {matrix.path}", show_lines=True)
-        for column in ("stack", "base", "components", "instances", "status"):
-            table.add_column(column, overflow="fold")
-        for row in rows:
-            parts = component_parts(row)
-            status = "valid" if row["valid"] else "INVALID: " + "; ".join(row["violations"])
-            name = row["name"] + (" (default)" if row["default"] else "")
-            table.add_row(name, row["base"]["image"], ", ".join(parts), ", ".join(row["instances"]),
-                          status)
-        console.print(table)
+        _print_blocks(matrix, rows, console.width)
     bad = sum(not row["valid"] for row in rows)
     if bad:
         raise UserError(f"{bad} stack(s) in {matrix.path} break compatibility rules")
 
 
+def pack(items: list[str], width: int, indent: str) -> list[str]:
+    """``items`` joined with ", " into lines of at most ``width`` characters, each item whole
+    (a component and its version stay on one line); an item longer than a line gets its own."""
+    lines: list[str] = []
+    line = ""
+    for number, item in enumerate(items):
+        item += "," if number < len(items) - 1 else ""
+        if line and len(indent) + len(line) + 1 + len(item) > width:
+            lines.append(line)
+            line = item
+        else:
+            line = f"{line} {item}" if line else item
+    return [indent + text for text in [*lines, line]]
+
+
+def _field(label: str, items: list[str], width: int) -> list[str]:
+    """``  label: items`` wrapped under the label; a single long value (a registry path) that
+    does not fit after the label goes whole on the next line."""
+    head = f"  {label + ':':<12}"
+    lines = pack(items, width, " " * len(head))
+    first = lines[0][len(head):]
+    if len(head) + len(first) > width and len(items) == 1:
+        return [head.rstrip(), "    " + first]
+    return [head + first, *lines[1:]]
+
+
+def _print_blocks(matrix: Matrix, rows: list[dict[str, Any]], width: int) -> None:
+    """One block a stack, as wide as the terminal (or COLUMNS, or 100 piped): lines break only
+    between whole names (a component and its version stay together), never inside one, which a
+    five-column table cannot promise for registry paths such as Habana's 91-character image."""
+    out = [f"stacks in {matrix.path}"]
+    for row in rows:
+        name = row["name"] + (" (default)" if row["default"] else "")
+        out.append("")
+        out.extend(textwrap.wrap(f"{name}: {status(row)}", width, subsequent_indent="    ",
+                                 break_long_words=False, break_on_hyphens=False))
+        out.extend(_field("base", [row["base"]["image"]], width))
+        out.extend(_field("components", component_parts(row), width))
+        out.extend(_field("instances", row["instances"], width))
+    print("\n".join(out))
+
+
 # --- render, plan, lint, matrix -------------------------------------------------------------------
 
 def render(stacks_file: str, stacks: Any, all_stacks: bool) -> list[Path]:
+    from matrix.image import generated
+    from matrix.image.plan import plan
+
     matrix = load(stacks_file)
     result = plan(matrix, pick_stacks(matrix, stacks, all_stacks))
     out = generated_dir(matrix)
@@ -142,6 +233,10 @@ def _by_base(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 
 def show_plan(stacks_file: str, stacks: Any, all_stacks: bool, as_json: bool = False) -> Plan:
+    from rich.table import Table
+
+    from matrix.image.plan import plan
+
     matrix = load(stacks_file)
     names = pick_stacks(matrix, stacks, all_stacks)
     result = plan(matrix, names)
@@ -180,6 +275,9 @@ def show_plan(stacks_file: str, stacks: Any, all_stacks: bool, as_json: bool = F
 
 def lint(stacks_file: str) -> None:
     """Generated Dockerfiles are fresh and pass hadolint; one line on success."""
+    from matrix.image import generated
+    from matrix.image.plan import plan
+
     matrix = load(stacks_file)
     result = plan(matrix)
     out = generated_dir(matrix)
@@ -204,15 +302,35 @@ def lint(stacks_file: str) -> None:
 
 
 def ci_matrix(stacks_file: str) -> dict[str, Any]:
-    """GitHub Actions strategy for the valid stacks that name a CI runner, ready for fromJson."""
+    """GitHub Actions strategy for the stacks CI can build, ready for fromJson, on stdout; on
+    stderr, each stack left out and why (so the JSON stays clean for `$(invoke matrix)`)."""
     matrix = load(stacks_file)
-    valid = {name for name, v in check_matrix(matrix).items() if not v}
-    include = [{"stack": name, "runner": stack.ci_runner, "fabric": stack.fabric,
-                "base": stack.base.image}
-               for name, stack in matrix.stacks.items() if stack.ci_runner and name in valid]
+    include, left_out = [], []
+    for row in stacks_data(matrix):
+        stack = matrix.stacks[row["name"]]
+        why = _not_in_ci(row, stack.ci_runner)
+        if why:
+            left_out.append(f"{row['name']} ({why})")
+        else:
+            include.append({"stack": row["name"], "runner": stack.ci_runner,
+                            "fabric": stack.fabric, "base": stack.base.image})
     strategy = {"include": include}
     print(json.dumps(strategy, separators=(",", ":")))
+    if left_out:
+        print(f"left out of the CI matrix: {'; '.join(left_out)}", file=sys.stderr)
     return strategy
+
+
+def _not_in_ci(row: dict[str, Any], runner: str | None) -> str:
+    """Why CI does not build a stack ('' when it does): it breaks rules, cannot be built yet,
+    or names no runner (`ci: {runner: ...}` in the stacks file)."""
+    if not row["valid"]:
+        return f"breaks {len(row['violations'])} compatibility rule(s); see invoke stacks"
+    if not row["buildable"]:
+        return f"not buildable yet: {unpinned_text(row['unpinned'])}"
+    if not runner:
+        return "no ci.runner in the stacks file"
+    return ""
 
 
 def pin(stacks_file: str, check_only: bool) -> None:

@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from docker.errors import ImageNotFound
-
 from matrix.cli import options
 from matrix.cli.options import (
     LAUNCHERS,
@@ -227,6 +225,8 @@ def _write_atomically(path: Path, text: str, option: str) -> None:
 
 def _local_digest_uri(matrix: Matrix, stack: str) -> str:
     """The pushed digest of the stack's image, read only from an engine that already runs."""
+    from docker.errors import ImageNotFound
+
     from matrix.image import engine
 
     image = f"{matrix.repository}:{stack}"
@@ -248,6 +248,8 @@ def _local_digest_uri(matrix: Matrix, stack: str) -> str:
 
 def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
              command: list[str], mounts: Any = None) -> int:
+    from docker.errors import ImageNotFound
+
     from matrix.deploy import rehearse as rh
     from matrix.deploy.mounts import parse_all
     from matrix.image import engine

@@ -29,7 +29,6 @@ from entrypoint import config as entrypoint_config
 from entrypoint import launchers as launcher_units
 from matrix.errors import UsageError, UserError, did_you_mean, excerpt
 from matrix.model.entities import Matrix
-from matrix.model.loader import load_matrix
 from matrix.model.settings import GENERATED, ROOT
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -60,18 +59,26 @@ BATCH_NODES_SOURCE = ("AWS Batch User Guide, \"Node groups\": "
 def user_errors(func: F) -> F:
     """Turn a :class:`UserError` into one line on stderr and its exit status (2 for a
     :class:`UsageError`, a mistake in the command line; 1 for what cannot be done); Ctrl-C
-    into 130."""
+    into 130; a closed output pipe into a quiet exit 1."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            result = func(*args, **kwargs)
+            sys.stdout.flush()  # a reader that left shows here, not at the interpreter's exit
+            return result
         except UserError as exc:
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             sys.exit(130)
+        except BrokenPipeError:
+            # the reader left (`invoke stacks --names | head -1`): nothing to say; stdout goes to
+            # /dev/null so the interpreter's own flush at exit does not fail again (Python docs,
+            # "signal" module, "Note on SIGPIPE")
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
 
@@ -188,6 +195,8 @@ def command_after_dashdash(argv: Sequence[str], remainder: str) -> list[str]:
 
 def load(stacks_file: str) -> Matrix:
     """The stacks file; ``--stacks cpu-tcp`` (a stack name, not a file) gets a hint."""
+    from matrix.model.loader import load_matrix  # not at import: see matrix/model/schema.py
+
     path = Path(stacks_file)
     if not path.exists() and path.suffix not in (".yaml", ".yml") and "/" not in stacks_file:
         raise UsageError(f"--stacks {excerpt(stacks_file)}: no such file; --stacks names the "

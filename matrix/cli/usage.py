@@ -63,11 +63,30 @@ def stack_names(words: Sequence[str]) -> set[str]:
         return set()
 
 
+def parser_contexts(collection: Any) -> list[Any]:
+    """invoke's parser contexts of ``collection``'s tasks, for :func:`check`, leaving the tasks
+    as they were: building contexts pops each option's help text out of its task (invoke's
+    ``Task.arg_opts``), so contexts built before invoke builds its own left ``invoke --help
+    TASK`` with no help text at all."""
+    tasks = list(collection.tasks.values())
+    pending = list(collection.collections.values())
+    while pending:
+        inner = pending.pop()
+        tasks += inner.tasks.values()
+        pending += inner.collections.values()
+    saved = [(task, dict(task.help)) for task in tasks]
+    try:
+        return list(collection.to_contexts())
+    finally:
+        for task, text in saved:
+            task.help = text
+
+
 def check(argv: Sequence[str], contexts: Iterable[Any], with_command: Iterable[str] = (),
           core: Any = None) -> None:
     """Exit 2 with one line for the first mistake in ``argv`` (see the module's docstring).
 
-    ``contexts`` are invoke's parser contexts of the tasks (``Collection.to_contexts()``),
+    ``contexts`` are invoke's parser contexts of the tasks (:func:`parser_contexts`),
     ``with_command`` the tasks that take a command after ``--``, ``core`` invoke's core-option
     context (its options may follow a task).
     """

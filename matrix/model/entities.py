@@ -103,6 +103,13 @@ class ComponentVersion:
     def label(self) -> str:
         return f"{self.component} {self.version}"
 
+    @property
+    def unpinned(self) -> bool:
+        """A ``download`` component whose archive has no ``download`` (url + sha256) yet: its
+        template fails closed, stopping the build with what to add (hccl-ofi-wrapper and
+        deepspeed-habana, whose archives could not be hashed where they were written)."""
+        return self.source == "download" and "download" not in self.spec
+
 
 @dataclass(frozen=True)
 class Stack:
@@ -125,6 +132,10 @@ class Stack:
             found[layer.component] = layer.version
             found.update(layer.spec.get("provides", {}))
         return found
+
+    def unpinned(self) -> list[str]:
+        """Labels of the layers that cannot be built yet (see :attr:`ComponentVersion.unpinned`)."""
+        return [layer.label for layer in self.layers if layer.unpinned]
 
     def layer(self, component: str) -> ComponentVersion | None:
         return next((layer for layer in self.layers if layer.component == component), None)

@@ -10,6 +10,7 @@ memory (installed memory minus kernel and agent) covers it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -122,7 +123,34 @@ def load_instance_types(path: Path = TABLE) -> dict[str, InstanceType]:
     }
 
 
-INSTANCE_TYPES: dict[str, InstanceType] = load_instance_types()
+def instance_names(path: Path = TABLE) -> list[str]:
+    """The table's instance types, read without the schema check (shell completion asks on
+    every Tab; every task that uses a row loads the checked table)."""
+    data = yamlsrc.load(path).data
+    rows = data.get("instances") if isinstance(data, dict) else None
+    if not isinstance(rows, dict):
+        raise UserError(f"{path}: expected a mapping with sources and instances")
+    return [str(name) for name in rows]
+
+
+class _Table(Mapping[str, InstanceType]):
+    """The instance table, read on first use rather than at import: shell completion imports
+    this module on every Tab and never looks a type up (nor should it load jsonschema)."""
+
+    def _rows(self) -> dict[str, InstanceType]:
+        return load_instance_types()
+
+    def __getitem__(self, name: str) -> InstanceType:
+        return self._rows()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows())
+
+    def __len__(self) -> int:
+        return len(self._rows())
+
+
+INSTANCE_TYPES: Mapping[str, InstanceType] = _Table()
 
 
 def get_instance_type(name: str) -> InstanceType:

@@ -9,16 +9,21 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import yaml
 
 from matrix.errors import UserError, excerpt
 from matrix.model import yamlsrc
 from matrix.model.settings import IMAGES
 
+if TYPE_CHECKING:
+    import jsonschema
+
 SCHEMAS = Path(__file__).parent / "schemas"
+# jsonschema (and what it imports) is loaded by the first check, not at import: shell completion
+# (`invoke stacks --names`, `invoke --complete`) imports this package on every Tab and checks
+# nothing, so it must not pay for it.
 
 
 @cache
@@ -28,6 +33,8 @@ def schema(name: str) -> dict[str, Any]:
 
 def check_schema(located: yamlsrc.Located, schema_name: str) -> None:
     """Raise the first schema error (in document order) as ``file:line: key: problem``."""
+    import jsonschema
+
     validator = jsonschema.Draft202012Validator(schema(schema_name))
     errors = list(validator.iter_errors(located.data))
     if not errors:
@@ -46,6 +53,8 @@ def check_options(located: yamlsrc.Located, images: Path | None = None) -> None:
 
     Runs before any template sees the options. A component without that file takes no options.
     """
+    import jsonschema
+
     for component, cspec in located.data["components"].items():
         schema_file = (images or IMAGES) / component / OPTIONS_SCHEMA
         rule = options_schema(schema_file)
@@ -68,6 +77,8 @@ def check_options(located: yamlsrc.Located, images: Path | None = None) -> None:
 @cache
 def options_schema(path: Path) -> dict[str, Any] | None:
     """A component's options schema; None when the component has none (it takes no options)."""
+    import jsonschema
+
     if not path.is_file():
         return None
     try:
