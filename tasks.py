@@ -26,7 +26,7 @@ HELP = {"stacks": "stacks file (default ./stacks.yaml)",
 ONE = dict(HELP, stack="a stack by name (default: default_stack of the stacks file)")
 JSON = "print JSON instead of a table"
 MOUNT_HELP = ("HOST_PATH:CONTAINER_PATH[:ro], a host folder (e.g. FSx for Lustre at /fsx) at the "
-              "same path on every node; repeat")
+              "same path on every node; repeat (default: none)")
 
 
 @task(help={"stacks": HELP["stacks"], "json": JSON,
@@ -174,8 +174,10 @@ def sbatch(c, stack=None, nodes=None, instance_type=None, image_uri=None, launch
 
 @task(help=dict(GENERATOR_HELP, mount=MOUNT_HELP,
                 kind="pytorchjob, trainjob or mpijob (required)",
-                pvc="CLAIM:PATH[:ro], a persistent volume claim at PATH in every pod; repeat",
-                elastic="MIN:MAX nodes of an elastic pytorchjob (c10d rendezvous)"),
+                pvc="CLAIM:PATH[:ro], a persistent volume claim at PATH in every pod; repeat "
+                    "(default: none)",
+                elastic="MIN:MAX nodes of an elastic pytorchjob (c10d rendezvous; default: a "
+                        "static job of --nodes)"),
       iterable=["stack", "mount", "pvc"])
 @options.user_errors
 def k8s(c, kind=None, stack=None, nodes=None, instance_type=None, image_uri=None, pvc=None,

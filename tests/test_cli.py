@@ -389,7 +389,8 @@ def _tasks_module():
 
 
 REQUIRED = {("jobdef", "--nodes"), ("jobdef", "--instance-type"), ("explain", "--instance-type"),
-            ("push", "--registry")}
+            ("push", "--registry"), ("sbatch", "--nodes"), ("sbatch", "--instance-type"),
+            ("k8s", "--nodes"), ("k8s", "--instance-type"), ("k8s", "--kind")}
 
 
 @pytest.mark.parametrize("task", sorted({task for task, _, _ in _task_options()}))
