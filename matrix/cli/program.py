@@ -36,7 +36,7 @@ from matrix.model.settings import ROOT
 
 NAME = "mnp-stacks"
 # What must be in a checkout for the tasks to run: the tasks and the components they build.
-PROJECT_FILES = ("tasks.py", "images", "stacks.yaml")
+PROJECT_FILES = ("tasks.py", "images")
 VERSION_FLAGS = ("--version", "-V")
 
 
