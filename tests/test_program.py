@@ -181,4 +181,6 @@ def test_build_from_outside_the_checkout(team, cpu_tcp_image):
     content-addressed tags match, so every layer is the image already built."""
     proc = run("build", "--stack", "cpu-tcp", "--stacks", "stacks.yaml", cwd=team, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"cpu-tcp: {cpu_tcp_image}" in proc.stdout, proc.stdout
+    assert f"cpu-tcp: mnp-stacks:cpu-tcp = {cpu_tcp_image}\n" in proc.stdout, proc.stdout[-3000:]
+    layers = len(STACKS["stacks"]["cpu-tcp"]["layers"]) + 1  # + the stack's label layer
+    assert f"0 layer(s) built, {layers} cached" in proc.stdout, proc.stdout[-3000:]
