@@ -15,7 +15,9 @@ The price is that ``mnp-stacks`` needs the checkout: the tasks read the componen
 tests and schemas under ``images/`` of the checkout anyway (settings.py anchors every path
 there), which is why the project is installed editable (``pip install -e``, what ``./dev``
 does). A non-editable install has no checkout beside its package; it then stops with one line
-saying so instead of a traceback.
+saying so instead of a traceback (``--version`` still answers: it needs no checkout).
+``invoke --version`` keeps printing invoke's own version: invoke answers it before it reads any
+tasks file (``Program.parse_core``), so nothing in ``tasks.py`` can change it.
 
 The command line is checked before invoke parses it (:mod:`matrix.cli.usage`, called where
 ``tasks.py`` is loaded, which it does for the program named ``mnp-stacks`` too), so a mistake is
@@ -30,6 +32,8 @@ from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
+
+import invoke
 
 from matrix.errors import EXIT_CANNOT
 from matrix.model.settings import ROOT
@@ -68,10 +72,8 @@ def load_tasks(root: Path = ROOT) -> ModuleType:
     return module
 
 
-def program(module: ModuleType) -> object:
+def program(module: ModuleType) -> invoke.Program:
     """invoke's ``Program`` running ``module``'s tasks under this project's name and version."""
-    import invoke
-
     return invoke.Program(namespace=invoke.Collection.from_module(module), name=NAME, binary=NAME,
                           binary_names=[NAME], version=project_version())
 
@@ -87,4 +89,4 @@ def main(argv: Sequence[str] | None = None) -> None:
             return
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_CANNOT)
-    program(module).run(args)  # type: ignore[attr-defined]
+    program(module).run(args)
