@@ -19,8 +19,11 @@ _mnp_stacks_complete() {
     words=("${COMP_WORDS[@]}")
     if [ "${words[0]}" = "./dev" ]; then
         runner=(./dev invoke)
+        [ "${words[1]}" = "mnp-stacks" ] && runner=(./dev mnp-stacks)
         words=("${words[@]:1}")            # complete `./dev invoke ...` as `invoke ...`
-        [ "${#words[@]}" -le 1 ] && { COMPREPLY=($(compgen -W "invoke" -- "$cur")); return 0; }
+        [ "${#words[@]}" -le 1 ] && { COMPREPLY=($(compgen -W "invoke mnp-stacks" -- "$cur")); return 0; }
+    elif [ "${words[0]##*/}" = "mnp-stacks" ]; then
+        runner=("${words[0]}")             # the installed command (any directory), as typed
     fi
     for ((i = 1; i < ${#words[@]} - 1; i++)); do   # a stacks file given earlier on the line
         case "${words[i]}" in
@@ -47,4 +50,5 @@ _mnp_stacks_complete() {
     COMPREPLY=($(compgen -W "$("${runner[@]}" --complete -- "${words[@]}" 2>/dev/null)" -- "$cur"))
 }
 
-complete -F _mnp_stacks_complete -o default invoke inv ./dev
+# mnp-stacks: the installed command running the same tasks (matrix/cli/program.py)
+complete -F _mnp_stacks_complete -o default invoke inv ./dev mnp-stacks

@@ -88,6 +88,12 @@ CHECKS: dict[str, Callable[[str], bool]] = {
     "invoke render --all && invoke lint": lambda out: out.rstrip().endswith(
         "rendered Dockerfiles are fresh and pass hadolint"),
     "source completion/mnp-stacks.bash": lambda out: True,
+    # mnp-stacks (issue 16 item 17): the project's version; a team's file planned outside the checkout
+    "mnp-stacks --version": lambda out: out == "mnp-stacks {}\n".format(re.search(
+        r'^version = "(.+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)[1]),
+    "mkdir -p /tmp/team && cp stacks.yaml /tmp/team/team-stacks.yaml && cd /tmp/team && mnp-stacks "
+    "plan --stacks team-stacks.yaml --stack cpu-mpi":
+        lambda out: f"{len(STACKS['cpu-mpi']['layers']) + 1} layers for 1 stack(s)" in out,
     "invoke stacks": lambda out: "cpu-tcp (default)" in out,
     "invoke stacks --json": lambda out: '"default_stack": "cpu-tcp"' in out,
     "invoke plan --json": lambda out: '"stacks": [\n    "cpu-tcp"\n  ]' in out,

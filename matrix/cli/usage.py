@@ -40,6 +40,12 @@ EXAMPLES = {
 }
 
 
+# The installed command (matrix/cli/program.py), named in messages when it is the one typed, and
+# invoke's options for finding a tasks file, which it does not have (invoke's Program.task_args).
+PROGRAM = "mnp-stacks"
+RUNNER_ONLY = ("-c", "--collection", "--no-dedupe", "-r", "--search-root")
+
+
 def fail(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
     sys.exit(UsageError.exit_code)
@@ -92,6 +98,8 @@ def check(argv: Sequence[str], contexts: Iterable[Any], with_command: Iterable[s
     """
     dashdash = list(argv).index("--") if "--" in argv else len(argv)
     words = list(argv[1:dashdash])
+    # the command to quote back: the installed one (matrix/cli/program.py) or invoke
+    program = PROGRAM if argv and Path(argv[0]).name == PROGRAM else "invoke"
     if any(word.split("=", 1)[0] in INFO_FLAGS for word in words):
         return
     tasks = {}
@@ -115,9 +123,12 @@ def check(argv: Sequence[str], contexts: Iterable[Any], with_command: Iterable[s
                 if argument is not None and argument.takes_value and "=" not in word:
                     if index >= len(words) or words[index].startswith("--"):
                         example = EXAMPLES.get(flag, "VALUE")
-                        fail(f"{flag} needs a value, e.g. invoke {task} {flag} {example}")
+                        fail(f"{flag} needs a value, e.g. {program} {task} {flag} {example}")
                     index += 1
                 continue
+            if program == PROGRAM and flag in RUNNER_ONLY:
+                fail(f"{PROGRAM} has no option {flag}: it runs this project's tasks, wherever it is "
+                     f"started (its options: {PROGRAM} --help)")
             if task is None or flag in core_flags:  # invoke's own options
                 core_arg = core_flags.get(flag)
                 takes = flag in CORE_SHORT_WITH_VALUE or (
@@ -125,36 +136,36 @@ def check(argv: Sequence[str], contexts: Iterable[Any], with_command: Iterable[s
                 if takes and "=" not in word:
                     index += 1
                 continue
-            fail(unknown_option(task, flag, tasks))
+            fail(unknown_option(task, flag, tasks, program))
         elif word in tasks:
             task = word
         elif task is None:
-            fail(f"no task named {word!r}{did_you_mean(word, tasks)} (the tasks: invoke --list)")
+            fail(f"no task named {word!r}{did_you_mean(word, tasks)} (the tasks: {program} --list)")
         else:
             fail(bare_word(task, word, words, index - 1, argv[dashdash + 1:], command_tasks,
-                           no_stack))
+                           no_stack, program))
 
 
-def unknown_option(task: str, flag: str, tasks: dict[str, Any]) -> str:
+def unknown_option(task: str, flag: str, tasks: dict[str, Any], program: str = "invoke") -> str:
     own = sorted(tasks[task].flags)
     if not flag.startswith("--"):
-        return (f"invoke {task} has no option {flag}: options have no short forms "
-                f"(invoke {task} --help lists {', '.join(own)})")
+        return (f"{program} {task} has no option {flag}: options have no short forms "
+                f"({program} {task} --help lists {', '.join(own)})")
     having = sorted(name for name, context in tasks.items()
                     if flag in context.flags and name == context.name)
     where = f"; {flag} is an option of: {', '.join(having)}" if having else ""
-    return (f"invoke {task} has no option {flag}{did_you_mean(flag, own)}{where} (its options: "
+    return (f"{program} {task} has no option {flag}{did_you_mean(flag, own)}{where} (its options: "
             f"{', '.join(own)})")
 
 
 def bare_word(task: str, word: str, words: list[str], at: int, after: Sequence[str],
-              command_tasks: set[str], no_stack: set[str]) -> str:
+              command_tasks: set[str], no_stack: set[str], program: str = "invoke") -> str:
     """What a word that is no option, value or task meant, and what to type instead."""
     if word in stack_names(words):
         if task in no_stack:
-            return f"invoke {task} takes no stack"
-        return f"stacks are given with --stack: invoke {task} --stack {word}"
+            return f"{program} {task} takes no stack"
+        return f"stacks are given with --stack: {program} {task} --stack {word}"
     if task in command_tasks:
-        typed = " ".join(["invoke", *words[:at], "--", *words[at:], *after])
+        typed = " ".join([program, *words[:at], "--", *words[at:], *after])
         return f"the command goes after --: {typed}"
-    return f"invoke {task} takes no argument {word!r} (invoke {task} --help lists its options)"
+    return f"{program} {task} takes no argument {word!r} ({program} {task} --help lists its options)"
