@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from matrix.model.entities import Base, ComponentVersion, Stack
@@ -23,3 +24,12 @@ def make_stack(layers: dict[str, str], provides: dict[str, str] | None = None,
 def write(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def one_line(proc: subprocess.CompletedProcess, code: int) -> str:
+    """The one ``error: ...`` line a task printed for a user's mistake, with exit ``code``."""
+    assert proc.returncode == code, (proc.returncode, proc.stdout[-500:], proc.stderr)
+    assert "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: ")
+    return line

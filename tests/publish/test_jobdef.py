@@ -22,6 +22,7 @@ from matrix.deploy.jobdef import (
 from matrix.errors import UserError
 from matrix.model.instances import INSTANCE_TYPES, get_instance_type, job_memory_mib
 from matrix.model.loader import load_matrix
+from tests.helpers import one_line
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cpu-tcp@sha256:" + "a" * 64
 SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:mnp-rendezvous-AbCdEf"
@@ -298,14 +299,6 @@ def jobdef_cli(*args: str, command: list[str] | None = None) -> subprocess.Compl
     tail = ["--", *command] if command else []
     return subprocess.run([sys.executable, "-m", "invoke", "jobdef", *args, *tail], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, env=env, check=False)
-
-
-def one_line(proc: subprocess.CompletedProcess, code: int) -> str:
-    assert proc.returncode == code, (proc.returncode, proc.stdout[-500:], proc.stderr)
-    assert "Traceback" not in proc.stderr
-    (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith("error: ")
-    return line
 
 
 PAIR = ["--nodes", "2", "--instance-type", "c5n.18xlarge", "--image-uri", IMAGE]

@@ -24,6 +24,7 @@ from matrix.deploy.mounts import Claim, Mount
 from matrix.errors import UsageError, UserError
 from matrix.model.instances import get_instance_type
 from matrix.model.loader import load_matrix
+from tests.helpers import one_line
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cuda@sha256:" + "b" * 64
@@ -179,14 +180,6 @@ def k8s_cli(*args: str, command: list[str] | None = None) -> subprocess.Complete
     return subprocess.run([sys.executable, "-m", "invoke", "k8s", *args, *tail], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, check=False,
                           env={**os.environ, **NO_ENGINE})
-
-
-def one_line(proc: subprocess.CompletedProcess, code: int) -> str:
-    assert proc.returncode == code, (proc.returncode, proc.stdout[-500:], proc.stderr)
-    assert "Traceback" not in proc.stderr
-    (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith("error: ")
-    return line
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

@@ -25,6 +25,7 @@ from matrix.deploy.sbatch import build_sbatch_script, directives, enroot_image
 from matrix.errors import UserError
 from matrix.model.instances import get_instance_type
 from matrix.model.loader import load_matrix
+from tests.helpers import one_line
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "c" * 64
@@ -151,14 +152,6 @@ def sbatch_cli(*args: str, command: list[str] | None = None) -> subprocess.Compl
     return subprocess.run([sys.executable, "-m", "invoke", "sbatch", *args, *tail], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, check=False,
                           env={**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"})
-
-
-def one_line(proc: subprocess.CompletedProcess, code: int) -> str:
-    assert proc.returncode == code, (proc.returncode, proc.stdout[-500:], proc.stderr)
-    assert "Traceback" not in proc.stderr
-    (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith("error: ")
-    return line
 
 
 def test_sbatch_writes_the_script(tmp_path):
