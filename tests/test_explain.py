@@ -191,3 +191,40 @@ def test_explain_refuses_a_node_count_the_entrypoint_would_refuse(nodes):
     """explain used to hand 10001 to the entrypoint's config loader and crash (issue 16)."""
     with pytest.raises(ExplainError, match=f"--nodes {nodes}: expected a whole number from 1 to"):
         explain(MATRIX, "cpu-tcp", "c5n.18xlarge", nodes)
+
+
+# role, launcher unit and the start of the command each scheduler's node 0 gets (issue 15)
+SCHEDULED = {
+    "batch": ("main", "mpirun", "rendezvous"),
+    "slurm": ("main", "torchrun", "--master_addr node1"),
+    "pytorchjob": ("main", "torchrun", "--master_addr job-master-0 --master_port 23456"),
+    "trainjob": ("main", "torchrun", "--master_addr tj-node-0-0.tj --master_port 29500"),
+    "mpijob": ("launcher", "mpirun", "mpirun --allow-run-as-root -np 36"),  # this node only
+}
+
+
+@pytest.mark.parametrize("scheduler", sorted(SCHEDULED))
+def test_explain_under_each_scheduler_uses_its_adapters_example(scheduler):
+    role, unit, expected = SCHEDULED[scheduler]
+    result = explain(MATRIX, "cpu-tcp", "c5n.18xlarge", 3, None, ["python3", "train.py"],
+                     scheduler=scheduler)
+    plan = result.plan
+    assert (plan.role["mode"], plan.role["scheduler"], plan.launcher["unit"]) == (
+        role, scheduler, unit)
+    assert plan.problems == [], plan.problems
+    text = result.text()
+    assert f"under {scheduler}" in text.splitlines()[0]
+    assert f"scheduler: {scheduler} (detected from " in text
+    assert expected in text
+    if scheduler != "batch":
+        assert plan.rendezvous is None and plan.ssh is None
+
+
+def test_explain_refuses_an_unknown_scheduler_with_one_line():
+    with pytest.raises(ExplainError, match=r"^--scheduler 'k8s' is not one of batch, slurm, "):
+        explain(MATRIX, "cpu-tcp", "c5n.18xlarge", 2, None, scheduler="k8s")
+
+
+def test_an_ssh_launcher_under_a_scheduler_that_serves_no_ssh_is_a_problem():
+    plan = explain(MATRIX, "cpu-tcp", "c5n.18xlarge", 2, "mpirun", scheduler="pytorchjob").plan
+    assert plan.problems and "needs SSH between the nodes" in plan.problems[0]
