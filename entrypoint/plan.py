@@ -279,7 +279,7 @@ def make_plan(cfg, facts, command, user_env, table=None, hostfiles=None):
     schedplan.clear_pet(plan, full, unit.name)
     exports = launchers.base.export_names(full, cfg.export_env)
 
-    if cfg.mode != "child" or not unit.needs_ssh:
+    if cfg.mode != "child" or not unit.needs_ssh or not cfg.rendezvous:
         plan.argv = _argv(plan, cfg, facts, unit.name, command, full, user_env, table, np,
                           count, master, hostfile_path, [], exports, launcher_args)
         if cfg.rendezvous or cfg.mode == "single":

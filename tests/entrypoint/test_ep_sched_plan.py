@@ -156,3 +156,9 @@ def test_the_json_dry_run_names_the_scheduler_and_the_variable():
     assert (data["role"]["scheduler"], data["role"]["detected_from"], data["role"]["mode"]) == (
         "trainjob", "PET_NODE_RANK", "main")
     assert data["role"]["node"]["main_address"] == "tj-node-0-0.tj"
+
+
+def test_every_node_of_a_scheduler_that_wired_them_runs_the_command_with_launcher_none():
+    for rank in (0, 1):
+        _, p = make(dict(example("slurm", 2, rank), MNP_LAUNCHER="none"))
+        assert p.argv == ["python3", "train.py"] and p.problems == []
