@@ -159,7 +159,7 @@ class Runner(BatchNodes):
 
     def run(self):
         cfg = self.cfg
-        if not self.command:
+        if not self.command and cfg.mode != "worker":  # an MPIJob worker only serves SSH
             # Every node, children included: the image has no default command, so a job
             # definition without one fails here instead of running something that succeeds.
             raise UsageError(NO_COMMAND)

@@ -30,6 +30,9 @@ def authorized_keys_path(home):
 def serve(runner):
     """Run sshd for the MPIJob launcher until a signal or sshd's exit; return the exit code."""
     cfg = runner.cfg
+    if runner.command:  # e.g. the operator's default worker command, passed as args
+        log("MPIJob worker: the launcher's mpirun starts the ranks here; not running %s"
+            % " ".join(runner.command))
     keys = authorized_keys_path(runner.facts.home)
     if not os.path.isfile(keys):
         raise StartupError("%s is missing: an MPIJob worker takes the launcher's key from the "

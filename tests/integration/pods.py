@@ -10,8 +10,8 @@ network carry the label ``mnp-test=1`` and are removed by ``cleanup``.
 from __future__ import annotations
 
 import contextlib
-import io
 import hashlib
+import io
 import time
 import uuid
 from pathlib import Path
@@ -82,6 +82,20 @@ class Pods:
         except Exception as exc:  # noqa: BLE001 - requests' ReadTimeout / ConnectionError
             raise AssertionError(f"pod {name} still running after {timeout}s ({exc})\n"
                                  f"{self.logs()}") from None
+
+    def wait_log(self, name: str, needle: str, timeout: float) -> str:
+        container = self.containers[name]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = container.logs().decode("utf-8", "replace")
+            if needle in text:
+                return text
+            container.reload()
+            if container.status == "exited":
+                break
+            time.sleep(0.3)
+        raise AssertionError(f"{needle!r} not in the logs of pod {name} within {timeout}s\n"
+                             f"{self.logs()}")
 
     def wait_file(self, path: Path, timeout: float) -> None:
         deadline = time.monotonic() + timeout
