@@ -28,6 +28,8 @@ import re
 import shlex
 import stat
 
+from . import schedulers
+from .errors import ConfigError  # noqa: F401 (config.ConfigError: its historical home)
 from .fabric import INSTANCE_TYPES
 from .launchers import NAMES as LAUNCHERS
 from .rendezvous import MIN_HEARTBEAT_TIMEOUT
@@ -86,14 +88,6 @@ MAX_SECRET_BYTES = 64 * 1024
 # OMPI_MCA_plm_rsh_args, which Open MPI splits on white space: allow only characters that need
 # no quoting anywhere.
 STATE_DIR_RE = re.compile(r"^/[A-Za-z0-9_./+-]*$")
-
-
-class ConfigError(Exception):
-    """An invalid setting; ``variable`` names it, ``str(self)`` is the full one-line message."""
-
-    def __init__(self, variable, message):
-        Exception.__init__(self, "%s: %s" % (variable, message))
-        self.variable = variable
 
 
 class Config(object):
@@ -310,8 +304,6 @@ def _names(env, name):
 def _role(env, cfg):
     """Who started this process (``schedulers``: Batch, Slurm, the Kubeflow operators, a
     launcher above, or none) and this node's place in the job, from its ``NodeTable``."""
-    from . import schedulers  # here: the adapters import ConfigError from this module
-
     node = schedulers.choose(env)
     cfg.node = node
     cfg.mode = node.role
