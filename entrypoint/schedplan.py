@@ -62,6 +62,13 @@ def requested(plan: Any, cfg: Any, count: int) -> str:
                                  wanted, where, ", or srun --mpi=pmix (every task is a rank) or "
                                  "mpirun from the batch script" if node.scheduler == "slurm"
                                  else ""))
+    tasks = node.slots[node.node_rank] if (node.scheduler == "slurm" and node.slots and
+                                           node.node_rank is not None) else 1
+    if mode in ("main", "child") and tasks > 1 and wanted != "none":
+        plan.problems.append("%d tasks of this Slurm step run on this node and each would start "
+                             "its own %s: use srun --ntasks-per-node=1 (%s starts the node's "
+                             "processes) or srun --mpi=pmix (every task is a rank)"
+                             % (tasks, wanted, wanted))
     if mode == "peer" and wanted != "torchrun":
         plan.problems.append("%s assigns node ranks through an elastic rendezvous "
                              "(PET_RDZV_ENDPOINT): only MNP_LAUNCHER=torchrun joins it" % where)

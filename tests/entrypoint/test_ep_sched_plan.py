@@ -162,3 +162,11 @@ def test_every_node_of_a_scheduler_that_wired_them_runs_the_command_with_launche
     for rank in (0, 1):
         _, p = make(dict(example("slurm", 2, rank), MNP_LAUNCHER="none"))
         assert p.argv == ["python3", "train.py"] and p.problems == []
+
+
+def test_several_tasks_per_node_of_a_slurm_step_would_each_start_torchrun_a_problem():
+    env = example("slurm", 2, 1, SLURM_STEP_TASKS_PER_NODE="8(x2)", SLURM_NTASKS="16")
+    _, p = make(env)
+    assert p.problems and p.problems[0].startswith("8 tasks of this Slurm step run on this node")
+    _, p = make(dict(env, MNP_LAUNCHER="none"))  # each task runs the command: the user's choice
+    assert p.problems == []
