@@ -170,3 +170,8 @@ def test_several_tasks_per_node_of_a_slurm_step_would_each_start_torchrun_a_prob
     assert p.problems and p.problems[0].startswith("8 tasks of this Slurm step run on this node")
     _, p = make(dict(env, MNP_LAUNCHER="none"))  # each task runs the command: the user's choice
     assert p.problems == []
+
+
+def test_an_elastic_peer_names_no_node_index_or_master_it_cannot_know():
+    _, p = make({"PET_RDZV_ENDPOINT": "peer-0:29400", "PET_NNODES": "3"})
+    assert not [name for name in p.environment if name.startswith("MNP_")]
