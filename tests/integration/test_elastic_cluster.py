@@ -18,7 +18,7 @@ from .pods import ETCD_LAYER, Pods, layer_image
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-STEPS = 16
+STEPS = 24  # 12 s of steps: the kill lands well before the end even on a loaded machine
 KILL_AFTER = 4  # steps done before the test kills node 2
 ELASTIC = f"""\
 import os, socket, time

@@ -16,8 +16,8 @@ Sources read (public repositories; line numbers are those of the version read):
   hostfile ConfigMap and the worker's default ``/usr/sbin/sshd -De`` command).
 """
 
+import os
 import re
-import subprocess
 
 import pytest
 
@@ -117,21 +117,23 @@ def test_a_two_node_trainjob_runs_through_the_entrypoint(pods):
     assert logs.count("--master_addr tj-node-0-0.tj --master_port 29500") == 2, logs
 
 
-def _ssh_secret(tmp_path):
+def _ssh_secret(pods, tmp_path):
     """The operator's SSH Secret as mounted: id_rsa, id_rsa.pub, authorized_keys (the public key
-    again), mode 0600 (mpi_job_controller.go sshVolumeItems)."""
+    again), mode 0600 (mpi_job_controller.go sshVolumeItems). Made with the image's ssh-keygen,
+    so the test needs no SSH tools on the host; the files stay the test user's."""
     keys = tmp_path / "ssh"
     keys.mkdir()
-    subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-N", "", "-C", "mj",
-                    "-f", str(keys / "id_rsa")], check=True)
-    (keys / "authorized_keys").write_text((keys / "id_rsa.pub").read_text())
-    for path in keys.iterdir():
-        path.chmod(0o600)
+    script = ("ssh-keygen -q -t rsa -b 2048 -N '' -C mj -f /keys/id_rsa && "
+              "cp /keys/id_rsa.pub /keys/authorized_keys && chmod 600 /keys/* && "
+              f"chown -R {os.getuid()}:{os.getgid()} /keys")
+    pods.client.containers.run(pods.image, ["-c", script], entrypoint=["/bin/sh"], remove=True,
+                               volumes={str(keys): {"bind": "/keys", "mode": "rw"}},
+                               labels={"mnp-test": "1"})
     return keys
 
 
 def test_an_mpijob_launcher_and_two_workers_run_mpirun_through_the_entrypoint(pods, tmp_path):
-    keys = _ssh_secret(tmp_path)
+    keys = _ssh_secret(pods, tmp_path)
     config = tmp_path / "mpi"
     config.mkdir()
     # the hostfile ConfigMap: <job>-worker-<i>.<job>.<ns>.svc slots=<slotsPerWorker>
