@@ -254,7 +254,7 @@ def make_plan(cfg, facts, command, user_env, table=None, hostfiles=None):
         table = schedplan.table(cfg, facts, count) or placeholder_table(cfg, facts, count)
     _fabric(plan, cfg, facts)
     plan.preflight = preflight.checks(plan.fabric["kind"], facts)
-    unit = _unit(plan, cfg, facts, count)
+    unit = _unit(plan, cfg, facts, count, command)
     if not cfg.rendezvous and cfg.mode != "single":  # SSH only where the operator serves it
         plan.launcher["needs_ssh"] = unit.needs_ssh and cfg.mode == "launcher" and \
             cfg.scheduler == "mpijob"
@@ -320,10 +320,10 @@ def _fabric(plan, cfg, facts):
         plan.notes.append("instance type unknown: set MNP_INSTANCE_TYPE for the RDMA settings")
 
 
-def _unit(plan, cfg, facts, count):
+def _unit(plan, cfg, facts, count, command=()):
     """The launcher unit: ``none`` for one slot on one node unless a launcher was asked for;
     ``torchrun`` becomes ``torch.distributed.launch`` on PyTorch < 1.9."""
-    requested = schedplan.requested(plan, cfg, count)
+    requested = schedplan.requested(plan, cfg, count, command)
     name, note = launchers.resolve(requested, facts.versions.get("pytorch"))
     if note:
         plan.notes.append(note)

@@ -19,6 +19,7 @@ decision for every scheduler. What each role runs:
 - ``rank`` (already a rank of mpirun, ``srun --mpi=pmix``, torchrun): the command itself.
 """
 
+import os
 from typing import Any, List, Optional, Tuple
 
 from . import launchers
@@ -29,6 +30,10 @@ TORCHRUN_SOURCE = ("torch/distributed/argparse_util.py (env action: every torchr
 # The launcher a role runs when MNP_LAUNCHER is not set.
 DEFAULTS = {"launcher": "mpirun", "peer": "torchrun", "rank": "none", "worker": "none"}
 LOCAL = ("torchrun", "torch.distributed.launch", "none")  # start on every node, no SSH
+# Commands that are themselves launchers: under a scheduler that wired the nodes they run as is.
+LAUNCHER_PROGRAMS = ("torchrun", "mpirun", "mpiexec", "deepspeed", "srun", "horovodrun")
+LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch",
+                    "deepspeed.launcher.runner")
 
 
 def scheduled(cfg: Any) -> bool:
@@ -36,14 +41,35 @@ def scheduled(cfg: Any) -> bool:
     return cfg.mode in ("main", "child") and not cfg.rendezvous
 
 
-def requested(plan: Any, cfg: Any, count: int) -> str:
+def launcher_command(command: List[str]) -> Optional[str]:
+    """The launcher the command itself calls (``torchrun train.py``, as Kubeflow's examples
+    write it), or None."""
+    if not command:
+        return None
+    program = os.path.basename(command[0])
+    if program in LAUNCHER_PROGRAMS:
+        return program
+    if program.startswith("python") and len(command) > 2 and command[1] == "-m" and \
+            command[2] in LAUNCHER_MODULES:
+        return "%s -m %s" % (program, command[2])
+    return None
+
+
+def requested(plan: Any, cfg: Any, count: int, command: List[str] = ()) -> str:
     """The launcher this role runs: ``MNP_LAUNCHER`` where it can work there, else the role's
-    own; what cannot work is a plan problem naming the scheduler's way to do it."""
+    own; what cannot work is a plan problem naming the scheduler's way to do it. Where a
+    scheduler wired the nodes and the command is itself a launcher, the command runs as is
+    (a launcher inside a launcher would nest jobs), with the scheduler's variables left for it."""
     mode = cfg.mode
     if mode == "single":
         return "none" if not cfg.launcher_explicit and count == 1 else cfg.launcher
     if mode in ("main", "child") and cfg.rendezvous:
         return cfg.launcher
+    own = launcher_command(list(command))
+    if own and not cfg.launcher_explicit and mode not in ("rank", "worker"):
+        plan.notes.append("the command starts %s itself: run as is, with the scheduler's "
+                          "variables (set MNP_LAUNCHER to have the entrypoint launch it)" % own)
+        return "none"
     wanted = cfg.launcher if cfg.launcher_explicit else DEFAULTS.get(mode, "torchrun")
     node = cfg.node
     where = "%s (%s)" % (node.scheduler, node.detected_from or "MNP_SCHEDULER")

@@ -175,3 +175,22 @@ def test_several_tasks_per_node_of_a_slurm_step_would_each_start_torchrun_a_prob
 def test_an_elastic_peer_names_no_node_index_or_master_it_cannot_know():
     _, p = make({"PET_RDZV_ENDPOINT": "peer-0:29400", "PET_NNODES": "3"})
     assert not [name for name in p.environment if name.startswith("MNP_")]
+
+
+@pytest.mark.parametrize("command", [["torchrun", "--nproc_per_node", "1", "train.py"],
+                                     ["python3", "-m", "torch.distributed.run", "train.py"],
+                                     ["/usr/bin/mpirun", "python3", "allreduce.py"]])
+def test_a_command_that_is_a_launcher_runs_as_is_with_the_schedulers_variables(command):
+    env = example("pytorchjob", 2, 1)
+    _, p = make(env, command)
+    assert p.argv == command and p.launcher["unit"] == "none" and p.problems == []
+    assert p.environment["PET_NNODES"] == "2"  # left for the user's torchrun to read
+    assert any("starts %s itself" % command[0].split("/")[-1] in n or "-m torch" in n
+               for n in p.notes), p.notes
+    _, p = make(dict(env, MNP_LAUNCHER="torchrun"), ["python3", "train.py"])
+    assert p.argv[0] == "torchrun"
+
+
+def test_batch_still_launches_whatever_the_command():
+    _, p = make(example("batch", 2, 0, MNP_SECRET="s"), ["torchrun", "train.py"])
+    assert p.launcher["unit"] == "mpirun"
