@@ -185,8 +185,8 @@ def test_a_command_that_is_a_launcher_runs_as_is_with_the_schedulers_variables(c
     _, p = make(env, command)
     assert p.argv == command and p.launcher["unit"] == "none" and p.problems == []
     assert p.environment["PET_NNODES"] == "2"  # left for the user's torchrun to read
-    assert any("starts %s itself" % command[0].split("/")[-1] in n or "-m torch" in n
-               for n in p.notes), p.notes
+    program = command[0].split("/")[-1]
+    assert any(f"starts {program} itself" in n or "-m torch" in n for n in p.notes), p.notes
     _, p = make(dict(env, MNP_LAUNCHER="torchrun"), ["python3", "train.py"])
     assert p.argv[0] == "torchrun"
 
