@@ -12,6 +12,10 @@ reserved, users cannot set them):
 None of the first three set: single-node mode (a workstation, or a plain Batch job). One of them
 set without the others is an error. ``AWS_BATCH_JOB_NUM_NODES=1`` is single-node mode too.
 
+Other schedulers (Slurm, Kubeflow PyTorchJob/TrainJob/MPIJob, a launcher that already made this
+process a rank) are detected by ``schedulers``; ``MNP_SCHEDULER`` names one and skips detection.
+``cfg.node`` is the scheduler's ``NodeTable`` and ``cfg.mode`` its role.
+
 Settings (all optional): see ``SETTINGS`` below and ``docs/entrypoint.md``.
 
 An invalid value raises ``ConfigError``; ``__main__`` turns it into one line naming the variable
@@ -19,12 +23,13 @@ and exit code 2, without a traceback.
 """
 
 import difflib
-import ipaddress
 import os
 import re
 import shlex
 import stat
 
+from . import schedulers
+from .errors import ConfigError  # noqa: F401 (config.ConfigError: its historical home)
 from .fabric import INSTANCE_TYPES
 from .launchers import NAMES as LAUNCHERS
 from .rendezvous import MIN_HEARTBEAT_TIMEOUT
@@ -36,6 +41,8 @@ FALSE_WORDS = ("0", "false", "no", "off", "")
 
 # name -> (default shown in docs, one-line description). The docs table is checked against this.
 SETTINGS = {
+    "MNP_SCHEDULER": ("auto", "auto | batch | slurm | pytorchjob | trainjob | mpijob | rank | "
+                              "single: who started this node (auto: detected from its variables)"),
     "MNP_LAUNCHER": ("mpirun", "mpirun | deepspeed | torchrun | torch.distributed.launch | none "
                                "(run the command as is)"),
     "MNP_WAIT_TIMEOUT": ("600", "seconds the main node waits for every node to register"),
@@ -83,19 +90,12 @@ MAX_SECRET_BYTES = 64 * 1024
 STATE_DIR_RE = re.compile(r"^/[A-Za-z0-9_./+-]*$")
 
 
-class ConfigError(Exception):
-    """An invalid setting; ``variable`` names it, ``str(self)`` is the full one-line message."""
-
-    def __init__(self, variable, message):
-        Exception.__init__(self, "%s: %s" % (variable, message))
-        self.variable = variable
-
-
 class Config(object):
     """Everything read from the environment. Plain attributes; build it with ``load``."""
 
     def __init__(self, **kwargs):
-        self.mode = "single"  # single | main | child
+        self.mode = "single"  # the node table's role: single | main | child | peer | ...
+        self.node = None  # the scheduler's NodeTable (``schedulers``); None: built by hand
         self.node_index = 0
         self.main_index = 0
         self.num_nodes = 1
@@ -129,10 +129,23 @@ class Config(object):
     def is_multi(self):
         return self.mode in ("main", "child")
 
+    @property
+    def rendezvous(self):
+        """True when the entrypoint wires the nodes itself (AWS Batch's main and children)."""
+        if self.node is None:
+            return self.is_multi
+        return bool(self.node.rendezvous)
+
+    @property
+    def scheduler(self):
+        return self.node.scheduler if self.node is not None else "batch"
+
     def role_label(self):
-        if self.mode == "single":
-            return "single"
-        return "%s %d/%d" % (self.mode, self.node_index, self.num_nodes)
+        if self.mode in ("main", "child"):
+            return "%s %d/%d" % (self.mode, self.node_index, self.num_nodes)
+        if self.mode == "rank" and self.node is not None:
+            return "rank %s" % self.node.extra.get("rank", "").split(" ")[0]
+        return self.mode
 
 
 def did_you_mean(word, choices):
@@ -288,47 +301,18 @@ def _names(env, name):
     return items
 
 
-def _batch_role(env, cfg):
-    names = (
-        "AWS_BATCH_JOB_NODE_INDEX",
-        "AWS_BATCH_JOB_MAIN_NODE_INDEX",
-        "AWS_BATCH_JOB_NUM_NODES",
-    )
-    present = [n for n in names if _get(env, n)]
-    if not present:
-        return
-    missing = [n for n in names if n not in present]
-    if missing:
-        raise ConfigError(missing[0], "is not set but %s is: incomplete Batch MNP environment"
-                          % present[0])
-    num = _int(env, "AWS_BATCH_JOB_NUM_NODES", 1, minimum=1, maximum=MAX_NODES)
-    index = _int(env, "AWS_BATCH_JOB_NODE_INDEX", 0, minimum=0)
-    main = _int(env, "AWS_BATCH_JOB_MAIN_NODE_INDEX", 0, minimum=0)
-    if index >= num:
-        raise ConfigError("AWS_BATCH_JOB_NODE_INDEX",
-                          "%d is not below AWS_BATCH_JOB_NUM_NODES=%d" % (index, num))
-    if main >= num:
-        raise ConfigError("AWS_BATCH_JOB_MAIN_NODE_INDEX",
-                          "%d is not below AWS_BATCH_JOB_NUM_NODES=%d" % (main, num))
-    cfg.num_nodes, cfg.node_index, cfg.main_index = num, index, main
-    if num == 1:
-        cfg.mode = "single"
-        return
-    if index == main:
-        cfg.mode = "main"
-        return
-    cfg.mode = "child"
-    addr_name = "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"
-    addr = _get(env, addr_name)
-    if not addr:
-        raise ConfigError(addr_name, "is required on a child node (index %d) but not set" % index)
-    try:
-        parsed = ipaddress.IPv4Address(addr)
-    except ValueError:
-        raise ConfigError(addr_name, "%r is not an IPv4 address" % addr) from None
-    if parsed.is_loopback or parsed.is_unspecified or parsed.is_multicast:
-        raise ConfigError(addr_name, "%s cannot be the main node's address" % addr)
-    cfg.main_address = str(parsed)
+def _role(env, cfg):
+    """Who started this process (``schedulers``: Batch, Slurm, the Kubeflow operators, a
+    launcher above, or none) and this node's place in the job, from its ``NodeTable``."""
+    node = schedulers.choose(env)
+    cfg.node = node
+    cfg.mode = node.role
+    cfg.node_index = node.node_rank or 0
+    cfg.num_nodes = node.num_nodes or 1
+    cfg.main_index = node.main_rank
+    cfg.main_address = node.main_address if node.role != "main" else None
+    if node.scheduler == "batch" and node.role != "child":
+        cfg.main_address = None  # Batch names the main node's address on children only
 
 
 def load(env=None):
@@ -337,7 +321,7 @@ def load(env=None):
         env = os.environ
     cfg = Config()
     _unknown_names(env)
-    _batch_role(env, cfg)
+    _role(env, cfg)
     cfg.job_id = _get(env, "AWS_BATCH_JOB_ID") or ""
     cfg.launcher_explicit = bool(_get(env, "MNP_LAUNCHER"))
     cfg.launcher = _choice(env, "MNP_LAUNCHER", LAUNCHERS, "mpirun")

@@ -152,7 +152,8 @@ def probe(cfg, environ, root="/", run=None, which=None, imds=None, address=None)
     facts.user = _user()
     facts.home = os.path.expanduser("~")
 
-    addr = address or netaddr.choose(cfg.main_address if cfg.mode == "child" else None,
+    addr = address or netaddr.choose(cfg.main_address if cfg.mode == "child" and cfg.rendezvous
+                                     else None,
                                      cfg.interface)
     facts.address, facts.interface, facts.address_reason = addr.address, addr.interface, \
         addr.reason

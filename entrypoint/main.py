@@ -1,11 +1,17 @@
-"""The flow: probe the node's facts once, compute the plan (``plan.make_plan``), then print it
-(``MNP_DRY_RUN``) or run it as a single node, the main node, or a child node. The run recomputes
-the plan with the real node table after the rendezvous and executes its argv and environment.
+"""The flow: read who started this node (``config``: the scheduler's ``NodeTable``), probe the
+node's facts once, compute the plan (``plan.make_plan``), then print it (``MNP_DRY_RUN``) or run
+it. The run executes the plan's argv and environment; on AWS Batch it recomputes the plan with
+the real node table after the rendezvous (``batchnodes``).
 
-Single node (no Batch variables, or one node): the command runs directly when there is one slot
-and ``MNP_LAUNCHER`` is not set; otherwise through the launcher on this node only.
+Single node (no scheduler variables, or one node): the command runs directly when there is one
+slot and ``MNP_LAUNCHER`` is not set; otherwise through the launcher on this node only.
 
-Main node:
+A node some other scheduler placed (Slurm, PyTorchJob, TrainJob, an MPIJob launcher, an elastic
+torchrun peer, a rank of a running launcher): the plan's command runs here at once, supervised
+like a single node's: signals are forwarded, its exit status is the entrypoint's. An MPIJob worker
+serves SSH for the launcher (``worker``).
+
+Batch main node (``batchnodes``):
 
 1. start its own sshd (mpirun, deepspeed, none) with a fresh host key, make the job's client key;
 2. start the rendezvous server and wait for every child, at most ``MNP_WAIT_TIMEOUT`` seconds;
@@ -15,7 +21,7 @@ Main node:
    (exit 1); SIGTERM/SIGINT are forwarded; the exit code is the launcher's (128+N for a signal);
 5. send ``done`` to every child and exit.
 
-Child node:
+Batch child node:
 
 1. start sshd with a fresh host key (mpirun, deepspeed, none);
 2. register with the main node (retrying until ``MNP_WAIT_TIMEOUT``), receive the main node's
@@ -33,12 +39,13 @@ import shlex
 import sys
 import time
 
-from . import config, fabric, facts, hostfile, lifecycle, netaddr, preflight, rendezvous, ssh
+from . import config, fabric, facts, hostfile, lifecycle, netaddr, preflight, rendezvous, ssh, worker
 from . import log as log_mod
 from . import plan as plan_mod
+from .batchnodes import BatchNodes
+from .errors import StartupError, UsageError
 from .log import log, out, set_role
 
-CHILD_FINISH_WAIT = 60.0
 SECRET_VARIABLES = ("MNP_SECRET", "MNP_SECRET_FILE")
 
 
@@ -47,18 +54,10 @@ NO_COMMAND = ("no command given: set the training command as the container comma
               "`invoke jobdef ... -- python3 train.py`; `docker run IMAGE python3 train.py`)")
 
 
-class UsageError(Exception):
-    """A usage problem (exit 2), e.g. no command."""
-
-
-class StartupError(Exception):
-    """Something the job needs is missing or broken (exit 1)."""
-
-
 redact = plan_mod.redact
 
 
-class Runner(object):
+class Runner(BatchNodes):
     def __init__(self, cfg, command, environ=None):
         self.cfg = cfg
         self.command = list(command)
@@ -77,7 +76,7 @@ class Runner(object):
         except netaddr.AddressError as exc:
             if cfg.interface:
                 raise config.ConfigError("MNP_NETWORK_INTERFACE", str(exc)) from None
-            if cfg.mode != "single":
+            if cfg.rendezvous:
                 raise StartupError(str(exc)) from None
             self.facts = facts.probe(cfg, self.environ, imds=fabric.imds_instance_type,
                                      address=netaddr.Choice("127.0.0.1", None,
@@ -108,12 +107,15 @@ class Runner(object):
     def describe(self):
         cfg = self.cfg
         p = self.plan
-        if cfg.mode == "single":
-            log("single node (no AWS Batch MNP variables)")
-        else:
+        if cfg.rendezvous:
             log("%s node %d of %d (main node index %d%s)"
                 % (cfg.mode, cfg.node_index, cfg.num_nodes, cfg.main_index,
                    ", main address %s" % cfg.main_address if cfg.main_address else ""))
+        elif cfg.node is None or cfg.node.scheduler in ("single", "batch"):
+            log("single node (no AWS Batch MNP variables)")
+        else:
+            for line in cfg.node.lines():
+                log(line)
         log("address %s (%s)" % (p.address["address"], p.address["reason"]))
         log("slots %d: %s" % (p.slots["count"], p.slots["source"]))
         log("fabric %s: %s" % (p.fabric["kind"].upper(), p.fabric["why"]))
@@ -139,6 +141,8 @@ class Runner(object):
         cfg = self.cfg
         if cfg.mode == "child" or (cfg.mode == "single" and self.plan.launcher["unit"] == "none"):
             return None
+        if not (cfg.rendezvous or cfg.mode == "single"):
+            return None  # the scheduler names the hosts (Slurm's allocation, MPIJob's hostfile)
         return {"openmpi": os.path.join(cfg.state_dir, "hostfile"),
                 "plain": os.path.join(cfg.state_dir, "hostfile.plain"),
                 "intel": os.path.join(cfg.state_dir, "hostfile.intel")}
@@ -155,7 +159,7 @@ class Runner(object):
 
     def run(self):
         cfg = self.cfg
-        if not self.command:
+        if not self.command and cfg.mode != "worker":  # an MPIJob worker only serves SSH
             # Every node, children included: the image has no default command, so a job
             # definition without one fails here instead of running something that succeeds.
             raise UsageError(NO_COMMAND)
@@ -180,7 +184,9 @@ class Runner(object):
             raise StartupError(self.plan.problems[0])
         self.check_preflight()
         try:
-            if cfg.mode == "single":
+            if cfg.mode == "worker":
+                return worker.serve(self)
+            if not cfg.rendezvous:
                 return self.run_single()
             if cfg.secret is None:
                 log("WARNING: MNP_SECRET is not set: any host that can reach port %d could join "
@@ -213,6 +219,11 @@ class Runner(object):
                 from None
 
     def run_single(self):
+        """One node, or a node whose scheduler wired the job: run the plan's command here."""
+        if self.cfg.mode != "single":
+            plan = self.make_plan(None, None)
+            self.prepare(plan)
+            return self.run_launcher(plan, server=None)
         table = [rendezvous.NodeInfo(0, "localhost", self.slot_count, "")]
         hostfiles = None
         if self.plan.launcher["unit"] != "none":
@@ -243,91 +254,6 @@ class Runner(object):
     def hb(self):
         timeout = self.cfg.heartbeat_timeout
         return min(2.0, timeout / 4.0), timeout
-
-    # -- main node -------------------------------------------------------------------------
-    def run_main(self):
-        cfg = self.cfg
-        comment = "mnp-%s-node%d" % (rendezvous.job_base(cfg.job_id) or "job", cfg.node_index)
-        host_pub = client_pub = ""
-        sshd = None
-        if self.need_ssh:
-            host_pub = ssh.prepare_server(self.paths, cfg.ssh_port, self.user, comment)
-            client_pub = ssh.prepare_client(self.paths, cfg.ssh_port, self.user, comment,
-                                            self.facts.address)
-            ssh.authorize(self.paths, client_pub, self.environ)
-            sshd = self.start_sshd()
-            log(ssh.install_user_config(self.paths))
-        main_info = rendezvous.NodeInfo(cfg.node_index, self.facts.address, self.slot_count,
-                                        host_pub)
-        interval, timeout = self.hb()
-        server = rendezvous.Server(cfg.secret, cfg.job_id, cfg.num_nodes, cfg.main_index,
-                                   {"client_key": client_pub}, cfg.rendezvous_port,
-                                   need_host_key=self.need_ssh, hb_interval=interval,
-                                   hb_timeout=timeout)
-        try:
-            server.start()
-        except OSError as exc:
-            raise StartupError("cannot listen on rendezvous port %d: %s"
-                               % (cfg.rendezvous_port, exc)) from None
-        try:
-            table = self.wait_for_children(server, main_info, sshd)
-            if table is None:
-                code = 128 + self.sup.signal_received if self.sup.signal_received else 1
-                server.done(code)
-                return code
-            hostfiles = hostfile.write_all(cfg.state_dir, table)
-            if self.need_ssh:
-                ssh.write_known_hosts(self.paths, table, cfg.ssh_port, self.user)
-            log("all %d nodes registered; hostfile %s:" % (len(table), hostfiles["openmpi"]))
-            for line in hostfile.render_openmpi(table).splitlines():
-                log("  " + line)
-            plan = self.make_plan(table, hostfiles)
-            try:
-                self.prepare(plan)
-            except StartupError as exc:
-                log("error: %s" % exc)
-                server.done(1)
-                return 1
-            code = self.run_launcher(plan, server=server)
-            server.done(code)
-            return code
-        finally:
-            server.stop()
-
-    def wait_for_children(self, server, main_info, sshd):
-        cfg = self.cfg
-        start = time.monotonic()
-        deadline = start + cfg.wait_timeout
-        log("waiting up to %gs for %d child node(s) on port %d"
-            % (cfg.wait_timeout, cfg.num_nodes - 1, server.port))
-        next_note = start + 30
-        while True:
-            now = time.monotonic()
-            if self.sup.signal_received:
-                log("signal %d while waiting for nodes: stopping" % self.sup.signal_received)
-                return None
-            if sshd is not None and not self._alive(sshd):
-                raise StartupError("sshd exited with %s while waiting for nodes" % sshd.code)
-            missing = server.wait(min(0.5, max(0.0, deadline - now)))
-            if not missing:
-                table = server.go(self.go_payload, main_info)
-                if table is not None:
-                    log("rendezvous complete in %.2fs" % (time.monotonic() - start))
-                    return table
-                continue
-            if time.monotonic() >= deadline:
-                log("timed out after %gs: node(s) %s never registered (registered: %s); "
-                    "see MNP_WAIT_TIMEOUT" % (cfg.wait_timeout, ", ".join(map(str, missing)),
-                                             ", ".join(str(i) for i in sorted(server.ready))
-                                             or "none"))
-                return None
-            if now >= next_note:
-                next_note = now + 30
-                log("still waiting for node(s) %s (%ds left)"
-                    % (", ".join(map(str, missing)), deadline - now))
-
-    def go_payload(self, table):
-        return {"nodes": [[n.index, n.address, n.slots] for n in table]}
 
     # -- the launcher ----------------------------------------------------------------------
     def start_launcher(self, plan):
@@ -385,126 +311,6 @@ class Runner(object):
             final = code
         log("exit code %d" % final)
         return final
-
-    def _child_event(self, event, children_done):
-        kind, index, value = event
-        if kind == "lost":
-            if index is None:  # the rendezvous server itself stopped: value is its reason
-                return value
-            return "node %s lost (%s)" % (index, value)
-        if kind == "exit":
-            children_done[index] = value
-            if value != 0:
-                return "node %d failed (exit code %d)" % (index, value)
-        return None
-
-    def _wait_children_finish(self, server, children_done):
-        want = set(range(self.cfg.num_nodes)) - {self.cfg.main_index}
-        deadline = time.monotonic() + CHILD_FINISH_WAIT
-        while set(children_done) != want and time.monotonic() < deadline:
-            if self.sup.signal_received:
-                return None
-            event = server.next_event(0.2)
-            if event is not None:
-                failure = self._child_event(event, children_done)
-                if failure:
-                    return failure
-        missing = sorted(want - set(children_done))
-        if missing:
-            return "node(s) %s did not finish within %gs of the main node" % (
-                ", ".join(map(str, missing)), CHILD_FINISH_WAIT)
-        return None
-
-    # -- child node ------------------------------------------------------------------------
-    def run_child(self):
-        cfg = self.cfg
-        if not self.local_launcher and self.command:
-            log("the main node launches the job over SSH; this node ignores its command (%s)"
-                % " ".join(shlex.quote(a) for a in self.command))
-        comment = "mnp-%s-node%d" % (rendezvous.job_base(cfg.job_id) or "job", cfg.node_index)
-        host_pub = ""
-        sshd = None
-        if self.need_ssh:
-            host_pub = ssh.prepare_server(self.paths, cfg.ssh_port, self.user, comment)
-            sshd = self.start_sshd()
-        interval, timeout = self.hb()
-        client = rendezvous.Client(cfg.secret, cfg.main_address, cfg.rendezvous_port, {
-            "job": cfg.job_id, "index": cfg.node_index, "addr": self.facts.address,
-            "slots": self.slot_count, "host_key": host_pub,
-        }, hb_interval=interval, hb_timeout=timeout)
-        try:
-            welcome = client.register(None, timeout=cfg.wait_timeout,
-                                      stop=lambda: self.sup.signal_received is not None)
-        except rendezvous.Rejected as exc:
-            log("error: %s" % exc)
-            return 1
-        except rendezvous.RendezvousError as exc:
-            if self.sup.signal_received:
-                return 128 + self.sup.signal_received
-            log("error: %s" % exc)
-            return 1
-        if self.need_ssh:
-            key = welcome.get("client_key") or ""
-            if not rendezvous.HOST_KEY_RE.match(key):
-                log("error: the main node sent no usable SSH client key")
-                return 1
-            ssh.authorize(self.paths, key, self.environ)
-        client.ready()
-        client.start()
-        log("registered with the main node %s:%d after %d attempt(s)"
-            % (cfg.main_address, cfg.rendezvous_port, client.attempts))
-        try:
-            return self.child_loop(client, sshd)
-        finally:
-            client.close()
-
-    def child_loop(self, client, sshd):
-        cfg = self.cfg
-        launcher = None
-        reported = False
-        while True:
-            self.sup.reap()
-            if self.sup.signal_received:
-                sig = self.sup.signal_received
-                log("signal %d: stopping" % sig)
-                if not reported:
-                    client.report_exit(128 + sig)
-                self.sup.stop_all(min(cfg.stop_timeout, 10))
-                return 128 + sig
-            if sshd is not None and not sshd.running and not reported:
-                log("sshd exited with %d: telling the main node" % sshd.code)
-                client.report_exit(sshd.code or 1)
-                reported = True
-            if launcher is not None and not launcher.running and not reported:
-                log("launcher exited with %d" % launcher.code)
-                client.report_exit(launcher.code)
-                reported = True
-            event = client.next_event(0.1)
-            if event is None:
-                continue
-            kind, payload = event
-            if kind == "go" and self.local_launcher and launcher is None:
-                table = [rendezvous.NodeInfo(i, a, s, "") for i, a, s in payload.get("nodes", [])]
-                plan = self.make_plan(table, None)
-                launcher = self.start_launcher(plan) if not plan.problems else None
-                if plan.problems:
-                    log("error: %s" % plan.problems[0])
-                if launcher is None:
-                    client.report_exit(127)
-                    reported = True
-            elif kind == "go":
-                log("all nodes registered; serving SSH for the main node's launcher")
-            elif kind == "done":
-                log("the main node reports the job ended (exit code %s): stopping"
-                    % payload.get("status"))
-                own = launcher.code if launcher is not None and not launcher.running else None
-                self.sup.stop_all(5)
-                return own if own else 0
-            elif kind == "lost":
-                log("lost the main node (%s): stopping" % payload)
-                self.sup.stop_all(5)
-                return 1
-
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)

@@ -24,7 +24,7 @@ import os
 import re
 import shlex
 
-from . import fabric, hostfile, launchers, mca, planenv, preflight
+from . import fabric, hostfile, launchers, mca, planenv, preflight, schedplan
 from .registry import NodeInfo
 
 PLAN_VERSION = 2  # 2: "mca" entries are [name, value, source]; MPI parameters are OMPI_MCA_*
@@ -104,7 +104,7 @@ class Plan(object):
 
     @property
     def needs_ssh(self):
-        return bool(self.launcher.get("needs_ssh")) and self.role.get("mode") != "single"
+        return bool(self.launcher.get("needs_ssh")) and bool(self.role.get("rendezvous"))
 
     def to_dict(self):
         return {
@@ -130,11 +130,16 @@ class Plan(object):
         role = self.role
         lines = [header]
         if role["mode"] == "single":
-            lines.append("role: single node (no AWS Batch MNP variables)")
-        else:
+            lines.append("role: single node%s" % (
+                " (no AWS Batch MNP variables)" if role.get("scheduler") in (None, "single",
+                                                                             "batch") else ""))
+        elif role["mode"] in ("main", "child"):
             lines.append("role: %s, node %d of %d, main node index %d"
                          % (role["mode"], role["node_index"], role["num_nodes"],
                             role["main_index"]))
+        else:
+            lines.append("role: %s" % role["mode"])
+        lines.extend(line for line in role.get("lines", []) if not line.startswith("role:"))
         addr = self.address
         lines.append("address: %s on %s (%s)" % (addr["address"], addr["interface"],
                                                  addr["reason"]))
@@ -237,36 +242,48 @@ def make_plan(cfg, facts, command, user_env, table=None, hostfiles=None):
         user_env.pop(name, None)
     plan.facts = facts.to_dict()
     plan.role = {"mode": cfg.mode, "node_index": cfg.node_index, "num_nodes": cfg.num_nodes,
-                 "main_index": cfg.main_index, "main_address": cfg.main_address}
+                 "main_index": cfg.main_index, "main_address": cfg.main_address,
+                 "rendezvous": cfg.rendezvous}
+    if cfg.node is not None:  # which scheduler, from which variable, and what it says
+        plan.role.update(scheduler=cfg.node.scheduler, detected_from=cfg.node.detected_from,
+                         node=cfg.node.to_dict(), lines=cfg.node.lines())
     plan.address = {"address": facts.address, "interface": facts.interface,
                     "reason": facts.address_reason}
     count = _slots(plan, cfg, facts)
     if table is None:
-        table = placeholder_table(cfg, facts, count)
+        table = schedplan.table(cfg, facts, count) or placeholder_table(cfg, facts, count)
     _fabric(plan, cfg, facts)
     plan.preflight = preflight.checks(plan.fabric["kind"], facts)
-    unit = _unit(plan, cfg, facts, count)
-    need_ssh = cfg.mode in ("main", "child") and unit.needs_ssh
+    unit = _unit(plan, cfg, facts, count, command)
+    if not cfg.rendezvous and cfg.mode != "single":  # SSH only where the operator serves it
+        plan.launcher["needs_ssh"] = unit.needs_ssh and cfg.mode == "launcher" and \
+            cfg.scheduler == "mpijob"
+    need_ssh = cfg.rendezvous and unit.needs_ssh
 
     env = planenv.Env()
     planenv.table_rows(plan, env, facts)
     planenv.libraries(plan, env, plan.fabric["kind"], facts)
     master, np = planenv.wiring(env, cfg, facts, table, hostfiles, need_ssh)
     _node_checks(plan, facts, plan.fabric["kind"])
-    if cfg.mode == "main" and unit.needs_ssh:  # the hostfile's hosts; torchrun has none
+    if cfg.mode == "main" and cfg.rendezvous and unit.needs_ssh:  # torchrun has no hostfile
         _duplicate_addresses(plan, table)
     hostfile_path = hostfiles["openmpi"] if hostfiles else os.path.join(cfg.state_dir,
                                                                           "hostfile")
+    if not (cfg.rendezvous or cfg.mode == "single"):
+        hostfile_path = ""  # the scheduler's hosts: Slurm's allocation, the operator's hostfile
+    schedplan.mpijob_ssh(env, cfg, user_env)
     launcher_args = _mpi_params(plan, env, cfg, facts, unit, user_env,
                                 hostfile_path if hostfiles else None)
     full, kept = planenv.merge(user_env, env)
     plan.kept.extend(kept)
+    schedplan.clear_pet(plan, full, unit.name)
     exports = launchers.base.export_names(full, cfg.export_env)
 
-    if cfg.mode != "child" or not unit.needs_ssh:
+    if cfg.mode != "child" or not unit.needs_ssh or not cfg.rendezvous:
         plan.argv = _argv(plan, cfg, facts, unit.name, command, full, user_env, table, np,
                           count, master, hostfile_path, [], exports, launcher_args)
-        plan.hostfile = hostfile.render_openmpi(table).splitlines()
+        if cfg.rendezvous or cfg.mode == "single":
+            plan.hostfile = hostfile.render_openmpi(table).splitlines()
     if "DS_ENV_FILE" in full and "DS_ENV_FILE" not in user_env:
         env.set("DS_ENV_FILE", full["DS_ENV_FILE"], "DeepSpeed reads the exported variables "
                 "from this file", launchers.deepspeed.SOURCE)
@@ -280,10 +297,13 @@ def make_plan(cfg, facts, command, user_env, table=None, hostfiles=None):
 
 def _slots(plan, cfg, facts):
     """Slots per node: ``MNP_SLOTS_PER_NODE`` or the detected count, with the source."""
+    given = schedplan.slots(cfg)
     if cfg.slots_override:
         count = cfg.slots_override
         source = "MNP_SLOTS_PER_NODE=%d (detected: %d from %s)" % (
             count, facts.slots, facts.slots_source)
+    elif given:
+        count, source = given
     else:
         count, source = facts.slots, facts.slots_source
     plan.slots = {"count": count, "source": source}
@@ -300,12 +320,10 @@ def _fabric(plan, cfg, facts):
         plan.notes.append("instance type unknown: set MNP_INSTANCE_TYPE for the RDMA settings")
 
 
-def _unit(plan, cfg, facts, count):
+def _unit(plan, cfg, facts, count, command=()):
     """The launcher unit: ``none`` for one slot on one node unless a launcher was asked for;
     ``torchrun`` becomes ``torch.distributed.launch`` on PyTorch < 1.9."""
-    requested = cfg.launcher
-    if cfg.mode == "single" and not cfg.launcher_explicit and count == 1:
-        requested = "none"
+    requested = schedplan.requested(plan, cfg, count, command)
     name, note = launchers.resolve(requested, facts.versions.get("pytorch"))
     if note:
         plan.notes.append(note)
@@ -319,6 +337,8 @@ def _children(plan, cfg, facts, unit, table, need_ssh, command):
     """What children do, the rendezvous and SSH lines, and a missing sshd as a problem."""
     if cfg.mode == "single":
         plan.children = "none (single node)"
+        return
+    if schedplan.children(plan, cfg, unit):
         return
     plan.children = unit.on_children
     if cfg.mode == "child" and unit.needs_ssh and command:
@@ -345,8 +365,8 @@ def _children(plan, cfg, facts, unit, table, need_ssh, command):
 def _uses_mpirun(plan, cfg, facts, unit):
     if unit.name == "mpirun":
         return True
-    if unit.name == "none":  # a script that may call mpirun itself; not a plain single run
-        return cfg.mode != "single"
+    if unit.name == "none":  # a script that may call mpirun itself on Batch's wired nodes
+        return cfg.rendezvous
     return unit.name == "deepspeed" and _deepspeed_runner(cfg, facts)[0] == "openmpi"
 
 
@@ -463,13 +483,16 @@ def _argv(plan, cfg, facts, unit_name, command, env, user_env, table, np, count,
     problem = launchers.torchrun.pytorch_problem(unit_name, bins, facts.versions.get("pytorch"))
     if problem:
         plan.problems.append(problem)
+    master, port = schedplan.master(cfg, master)
+    if unit_name == "torchrun" and cfg.mode == "peer":
+        return schedplan.elastic_argv(launchers.torchrun.prefix(bins), cfg, count, command)
     if unit_name == "torchrun":
         prefix = launchers.torchrun.prefix(bins)
         return launchers.torchrun.argv(prefix, command, len(table), cfg.node_index, count,
-                                       master, cfg.master_port, cfg.launcher_args)
+                                       master, port, cfg.launcher_args)
     if unit_name == "torch.distributed.launch":
         argv, problem = launchers.distributed_launch.argv(
-            command, len(table), cfg.node_index, count, master, cfg.master_port,
+            command, len(table), cfg.node_index, count, master, port,
             cfg.launcher_args)
         if problem:
             plan.problems.append(problem)

@@ -71,6 +71,10 @@ def wiring(env: Env, cfg: Any, facts: Any, table: List[NodeInfo],
         env.set("MNP_HOSTFILE", hostfiles["openmpi"], "Open MPI/DeepSpeed hostfile")
         env.set("MNP_HOSTFILE_PLAIN", hostfiles["plain"], "one address per line")
         env.set("MNP_HOSTFILE_INTEL", hostfiles["intel"], "Intel MPI/MPICH hostfile")
+    if cfg.mode in ("rank", "worker", "peer"):
+        # a launcher above (or the MPIJob's) wired this job, or an elastic rendezvous will:
+        # no node index or main address is known here to pass on
+        return facts.address, len(table)
     master = "127.0.0.1" if cfg.mode == "single" else sorted(
         table, key=lambda n: n.index)[0].address
     np = cfg.np_override or hostfile.total_slots(table)

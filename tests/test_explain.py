@@ -191,3 +191,64 @@ def test_explain_refuses_a_node_count_the_entrypoint_would_refuse(nodes):
     """explain used to hand 10001 to the entrypoint's config loader and crash (issue 16)."""
     with pytest.raises(ExplainError, match=f"--nodes {nodes}: expected a whole number from 1 to"):
         explain(MATRIX, "cpu-tcp", "c5n.18xlarge", nodes)
+
+
+# role, launcher unit and the start of the command each scheduler's node 0 gets (issue 15)
+SCHEDULED = {
+    "batch": ("main", "mpirun", "rendezvous"),
+    "slurm": ("main", "torchrun", "--master_addr node1"),
+    "pytorchjob": ("main", "torchrun", "--master_addr job-master-0 --master_port 23456"),
+    "trainjob": ("main", "torchrun", "--master_addr tj-node-0-0.tj --master_port 29500"),
+    "mpijob": ("launcher", "mpirun", "mpirun --allow-run-as-root -np 108"),  # 3 workers x 36
+}
+
+
+@pytest.mark.parametrize("scheduler", sorted(SCHEDULED))
+def test_explain_under_each_scheduler_uses_its_adapters_example(scheduler):
+    role, unit, expected = SCHEDULED[scheduler]
+    result = explain(MATRIX, "cpu-tcp", "c5n.18xlarge", 3, None, ["python3", "train.py"],
+                     scheduler=scheduler)
+    plan = result.plan
+    assert (plan.role["mode"], plan.role["scheduler"], plan.launcher["unit"]) == (
+        role, scheduler, unit)
+    assert plan.problems == [], plan.problems
+    text = result.text()
+    assert f"under {scheduler}" in text.splitlines()[0]
+    assert f"scheduler: {scheduler} (detected from " in text
+    assert expected in text
+    if scheduler != "batch":
+        assert plan.rendezvous is None and plan.ssh is None
+
+
+def test_explain_refuses_an_unknown_scheduler_with_one_line():
+    with pytest.raises(ExplainError, match=r"^--scheduler 'k8s' is not one of batch, slurm, "):
+        explain(MATRIX, "cpu-tcp", "c5n.18xlarge", 2, None, scheduler="k8s")
+
+
+def test_an_ssh_launcher_under_a_scheduler_that_serves_no_ssh_is_a_problem():
+    plan = explain(MATRIX, "cpu-tcp", "c5n.18xlarge", 2, "mpirun", scheduler="pytorchjob").plan
+    assert plan.problems and "needs SSH between the nodes" in plan.problems[0]
+
+
+def test_the_mpijob_launcher_counts_the_operators_hostfile_and_names_its_mount():
+    plan = explain(MATRIX, "cpu-tcp", "c5n.18xlarge", 2, None, scheduler="mpijob").plan
+    assert plan.role["node"]["hosts"] == ["job-worker-0.job.default.svc",
+                                          "job-worker-1.job.default.svc"]
+    assert plan.environment["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
+    assert "/etc/mpi/hostfile (OMPI_MCA_orte_default_hostfile)" in plan.role["node"]["extra"][
+        "hostfile"]
+
+
+@pytest.mark.parametrize("backend", ["c10d", "etcd"])
+def test_an_elastic_pytorchjob_explains_as_a_peer_on_its_rendezvous(backend):
+    plan = explain(MATRIX, "cpu-tcp", "c5n.18xlarge", 3, None, scheduler="pytorchjob",
+                   rdzv=backend).plan
+    assert plan.role["mode"] == "peer" and plan.problems == []
+    line = " ".join(plan.argv)
+    assert f"--nnodes 3:3 --nproc_per_node 36 --rdzv_backend {backend} --rdzv_endpoint " in line
+    assert not [name for name in plan.environment if name.startswith("PET_")]
+
+
+def test_rdzv_needs_the_pytorchjob_scheduler():
+    with pytest.raises(ExplainError, match="^--rdzv 'etcd': an elastic PyTorchJob's backend"):
+        explain(MATRIX, "cpu-tcp", "c5n.18xlarge", 2, None, scheduler="slurm", rdzv="etcd")

@@ -57,9 +57,12 @@ def run_explain(args: list[str]):
         cut = args.index("--")
         options, command = args[:cut], args[cut + 1:]
     values = dict(zip(options[::2], options[1::2]))
-    assert set(values) <= {"--stack", "--instance-type", "--nodes", "--launcher"}, values
+    assert set(values) <= {"--stack", "--instance-type", "--nodes", "--launcher", "--scheduler",
+                           "--rdzv"}, values
+    scheduler = values.get("--scheduler", "batch")
     return explain(MATRIX, values["--stack"], values["--instance-type"], int(values["--nodes"]),
-                   values.get("--launcher", "mpirun"), command).plan
+                   values.get("--launcher", "mpirun" if scheduler == "batch" else None), command,
+                   scheduler=scheduler, rdzv=values.get("--rdzv")).plan
 
 
 def check(plan, assertion: str) -> None:
@@ -72,7 +75,8 @@ def check(plan, assertion: str) -> None:
             return
     simple = {"launcher": plan.launcher["unit"], "runner": plan.launcher.get("runner"),
               "fabric": plan.fabric["kind"], "slots": str(plan.slots["count"]),
-              "efa devices": str(len(plan.facts["efa_devices"]))}
+              "efa devices": str(len(plan.facts["efa_devices"])),
+              "scheduler": plan.role.get("scheduler"), "role": plan.role["mode"]}
     key, sep, value = assertion.partition(": ")
     if sep and key in simple:
         assert simple[key] == value, f"{assertion!r}: found {simple[key]!r}"

@@ -29,9 +29,11 @@ NODE_SPECIFIC = (
     "MNP_NODE_INDEX", "MNP_NODE_ADDRESS", "MNP_SECRET", "MNP_SECRET_FILE", "MNP_DRY_RUN",
     "SSH_AUTH_SOCK", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY",
     "PDSH_SSH_ARGS_APPEND",  # the main node's pdsh settings, not a rank's
+    "K_MPI_JOB_ROLE",  # the MPIJob launcher's role, not its ranks' on the workers
 ) + NODE_SSH_ENV  # per ECS task: each node's sshd gives its own to the ranks it starts
 # Open MPI's and PMIx's own per-process variables; OMPI_MCA_* reach the ranks through mpirun.
-NODE_SPECIFIC_PREFIXES = ("OMPI_", "PMIX_")
+# Slurm's per-task variables stay each rank's own (Open MPI under Slurm sets them per node).
+NODE_SPECIFIC_PREFIXES = ("OMPI_", "PMIX_", "SLURM_", "SLURMD_")
 
 
 class Unit(object):

@@ -85,3 +85,13 @@ def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:
             "MASTER_PORT": "23456", "PET_MASTER_PORT": "23456", "WORLD_SIZE": str(num_nodes),
             "RANK": str(node_rank), "PET_NODE_RANK": str(node_rank),
             "PET_NNODES": str(num_nodes), "PET_NPROC_PER_NODE": "auto", "PYTHONUNBUFFERED": "1"}
+
+
+def elastic_example(num_nodes: int, backend: str = "c10d") -> Dict[str, str]:
+    """What an elastic PyTorchJob ``job`` (``elasticPolicy`` with ``minReplicas`` = ``maxReplicas``
+    = ``num_nodes``, ``rdzvBackend``) gives each pod (release-1.9 elastic.go); an etcd rendezvous
+    names the etcd service, as the TorchElastic controller's examples do (``etcd-service:2379``)."""
+    endpoint = "etcd-service:2379" if backend.startswith("etcd") else "job-worker-0:23456"
+    return {"PET_RDZV_ENDPOINT": endpoint, "PET_RDZV_BACKEND": backend,
+            "PET_NNODES": "%d:%d" % (num_nodes, num_nodes), "PET_RDZV_ID": "job",
+            "PET_NPROC_PER_NODE": "auto", "PYTHONUNBUFFERED": "1"}

@@ -13,7 +13,7 @@ Slurm wires the nodes itself; the main node is the first host of the list (``nod
 from typing import Dict, List, Mapping, Optional
 
 from .. import nodelist
-from ..config import ConfigError
+from ..errors import ConfigError
 from .base import MAX_NODES, NodeTable, below, first, get, integer, optional_integer
 
 NAME = "slurm"

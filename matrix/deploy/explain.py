@@ -12,10 +12,12 @@ from the instance table (:data:`matrix.model.instances.INSTANCE_TYPES`). Then th
 from __future__ import annotations
 
 import json
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from entrypoint import config, launchers
+from entrypoint import config, launchers, schedulers
 from entrypoint import plan as ep_plan
 from entrypoint.facts import NodeFacts
 from matrix.errors import UsageError
@@ -38,6 +40,10 @@ EFA_LIBDIRS = ("/opt/amazon/efa/lib", "/opt/amazon/openmpi/lib")
 EFA_PLUGIN_DIR = "/opt/amazon/ofi-nccl/lib"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PLACEHOLDER_COMMAND = ["python3", "train.py"]
+# What ``--scheduler`` accepts: the schedulers a job is submitted to (``rank`` and ``single`` are
+# what the entrypoint finds inside a job, not schedulers to explain a job for).
+SCHEDULERS = ("batch", "slurm", "pytorchjob", "trainjob", "mpijob")
+RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2")  # an elastic PyTorchJob's rdzvBackend
 
 
 class ExplainError(UsageError):
@@ -157,10 +163,22 @@ def stack_facts(stack: Stack, instance: InstanceType) -> NodeFacts:
 
 
 def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
-            launcher: str = "mpirun", command: list[str] | None = None) -> Explained:
-    """The main node's plan. Raises :class:`ExplainError` for unknown names or bad numbers, and
-    :func:`matrix.deploy.jobdef.check_pair`'s UserError for a pair it refuses."""
+            launcher: str | None = "mpirun", command: list[str] | None = None,
+            scheduler: str = "batch", rdzv: str | None = None) -> Explained:
+    """The main node's plan under ``scheduler``: the environment that scheduler's adapter says
+    node 0 gets (``example(nodes, 0)``; an MPIJob's launcher). ``launcher=None`` leaves
+    ``MNP_LAUNCHER`` unset, so the scheduler's role picks it (mpirun on Batch and for a launcher,
+    torchrun on a node of Slurm, a PyTorchJob or a TrainJob). ``rdzv`` (c10d, etcd, etcd-v2)
+    makes the PyTorchJob elastic, with that rendezvous backend. Raises :class:`ExplainError` for
+    unknown names or bad numbers, and :func:`matrix.deploy.jobdef.check_pair`'s UserError for a
+    pair it refuses."""
     from matrix.deploy import jobdef
+
+    if scheduler not in SCHEDULERS:
+        raise ExplainError(f"--scheduler {scheduler!r} is not one of {', '.join(SCHEDULERS)}")
+    if rdzv is not None and (scheduler != "pytorchjob" or rdzv not in RDZV_BACKENDS):
+        raise ExplainError(f"--rdzv {rdzv!r}: an elastic PyTorchJob's backend, one of "
+                           f"{', '.join(RDZV_BACKENDS)}, with --scheduler pytorchjob")
 
     if stack_name not in matrix.stacks:
         raise ExplainError(f"--stack {stack_name!r} is not in {matrix.path} "
@@ -168,7 +186,7 @@ def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
     if instance_type not in INSTANCE_TYPES:
         raise ExplainError(f"--instance-type {instance_type!r} is not in the instance table "
                            f"({', '.join(sorted(INSTANCE_TYPES))})")
-    if launcher not in launchers.NAMES:
+    if launcher is not None and launcher not in launchers.NAMES:
         raise ExplainError(f"--launcher {launcher!r} is not one of {', '.join(launchers.NAMES)}")
     if not 1 <= nodes <= config.MAX_NODES:
         # the entrypoint refuses more nodes (AWS_BATCH_JOB_NUM_NODES): say so before it does
@@ -181,27 +199,57 @@ def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
     # what the image gives every job: its PATH, root's HOME, and the PYTHONPATH that
     # /usr/local/bin/mnp-entrypoint sets (docs/entrypoint.md "Image contract")
     env: dict[str, Any] = {"PATH": PATH, "HOME": "/root", "PYTHONPATH": "/opt/mnp/lib"}
-    env.update(jobdef.mnp_environment(instance, launcher, stack.fabric,
+    env.update(jobdef.mnp_environment(instance, launcher or "mpirun", stack.fabric,
                                       jobdef.DEFAULT_WAIT_TIMEOUT_S, None))
-    if nodes > 1:
-        env.update({"AWS_BATCH_JOB_NODE_INDEX": "0", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
-                    "AWS_BATCH_JOB_NUM_NODES": str(nodes), "AWS_BATCH_JOB_ID": "<job-id>"})
-    cfg = config.load(env)
+    if launcher is None:
+        del env["MNP_LAUNCHER"]
+    if rdzv:
+        env.update(schedulers.pytorchjob.elastic_example(nodes, rdzv))
+    elif scheduler != "batch" or nodes > 1:
+        env.update(schedulers.MODULES[scheduler].example(nodes, 0))
+    if scheduler == "batch" and nodes > 1:
+        env["AWS_BATCH_JOB_ID"] = "<job-id>"
     facts = stack_facts(stack, instance)
-    hostfiles = None if cfg.mode == "child" else {
-        "openmpi": f"{cfg.state_dir}/hostfile", "plain": f"{cfg.state_dir}/hostfile.plain",
-        "intel": f"{cfg.state_dir}/hostfile.intel"}
-    plan = ep_plan.make_plan(cfg, facts, list(command or PLACEHOLDER_COMMAND), env, None,
-                             hostfiles)
+    plan = _scheduled_plan(env, facts, list(command or PLACEHOLDER_COMMAND), scheduler, nodes,
+                           instance.slots_per_node())
     if not command:
         plan.notes.append("no command given after --: python3 train.py shown")
     if instance_type not in stack.instances:
         plan.notes.append(f"{instance_type} is not one of {stack_name}'s instances "
                           f"({', '.join(stack.instances)}): shown as asked")
-    header = (f"invoke explain: main node of stack {stack_name} on {nodes} x {instance_type}, "
-              f"launcher {launcher} (settings as invoke jobdef writes them; facts from "
+    who = "the launcher" if plan.role["mode"] == "launcher" else "main node"
+    header = (f"invoke explain: {who} of stack {stack_name} on {nodes} x {instance_type} under "
+              f"{scheduler}, launcher {plan.launcher['unit']} (settings as invoke jobdef writes "
+              "them, the scheduler's variables from its adapter's example; facts from "
               "stacks.yaml and the instance table; nothing probed)")
     return Explained(plan, header)
+
+
+def _scheduled_plan(env: dict[str, Any], facts: NodeFacts, command: list[str], scheduler: str,
+                    nodes: int, slots: int) -> ep_plan.Plan:
+    """``make_plan`` on the scheduler's environment. An MPIJob launcher reads the operator's
+    hostfile (one ``<job>-worker-<i>.<job>.default.svc slots=N`` line per worker): written to a
+    temporary directory for the plan, then named by the path the operator mounts."""
+    if scheduler != "mpijob":
+        return _plan(env, facts, command)
+    mounted = env["OMPI_MCA_orte_default_hostfile"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "hostfile")
+        Path(path).write_text("".join(f"job-worker-{i}.job.default.svc slots={slots}\n"
+                                      for i in range(nodes)))
+        plan = _plan(dict(env, OMPI_MCA_orte_default_hostfile=path), facts, command)
+    text = json.dumps(plan.to_dict()["role"]).replace(path, mounted)
+    plan.role = json.loads(text)
+    plan.environment["OMPI_MCA_orte_default_hostfile"] = mounted
+    return plan
+
+
+def _plan(env: dict[str, Any], facts: NodeFacts, command: list[str]) -> ep_plan.Plan:
+    cfg = config.load(env)
+    hostfiles = None if (cfg.mode == "child" or not (cfg.rendezvous or cfg.mode == "single")) \
+        else {"openmpi": f"{cfg.state_dir}/hostfile", "plain": f"{cfg.state_dir}/hostfile.plain",
+              "intel": f"{cfg.state_dir}/hostfile.intel"}
+    return ep_plan.make_plan(cfg, facts, command, env, None, hostfiles)
 
 
 def parse_nodes(raw: Any) -> int:

@@ -143,5 +143,12 @@ def test_fake_gpus_reach_the_tasks_and_the_adapter(docker_client, cluster_image,
         assert sorted(line for line in output.splitlines() if line.startswith("gpus")) == [
             "gpus 2 0,1", "gpus 2 0,1"]
         assert [t["extra"]["gpus on node"] for t in tables(output)] == ["2", "2"]
+        # the entrypoint's plan on those nodes: torchrun starts one process per GPU Slurm gave
+        code, output = cluster.run("MNP_DRY_RUN=1 srun -N2 --ntasks-per-node=1 "
+                                   "--gpus-per-node=2 mnp-entrypoint python3 train.py")
+        assert code == 0, output
+        for rank in (0, 1):
+            assert f"--nnodes 2 --node_rank {rank} --nproc_per_node 2 --master_addr node1 " \
+                   in output, output
     finally:
         cluster.cleanup()

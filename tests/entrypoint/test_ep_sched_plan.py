@@ -1,0 +1,196 @@
+"""``make_plan`` under every scheduler: one decision from the scheduler's node table (issue 15).
+
+The environments are each adapter's ``example`` (what that scheduler gives a process, with the
+sources in the adapter) or written out as the real cluster tests observed them.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from entrypoint import config, plan, schedulers
+from entrypoint.facts import NodeFacts
+
+REPO = Path(__file__).resolve().parents[2]
+BINARIES = {"mpirun": "/usr/bin/mpirun", "sshd": "/usr/sbin/sshd", "python3": "/usr/bin/python3",
+            "torchrun": "/usr/local/bin/torchrun"}
+
+
+def facts(**kw):
+    values = dict(address="10.0.0.5", interface="eth0", address_reason="test", is_root=True,
+                  binaries=dict(BINARIES), home="/root", versions={"pytorch": "2.1.0"},
+                  slots=2, slots_source="test: 2 GPUs")
+    values.update(kw)
+    return NodeFacts(**values)
+
+
+def make(env, command=("python3", "train.py"), **node_facts):
+    cfg = config.load(env)
+    user_env = dict(env, PATH="/bin")
+    return cfg, plan.make_plan(cfg, facts(**node_facts), list(command), user_env)
+
+
+def example(name, nodes=3, rank=1, **extra):
+    env = schedulers.MODULES[name].example(nodes, rank)
+    env.update(extra)
+    return env
+
+
+def test_a_slurm_step_task_runs_torchrun_with_the_nodelists_first_host_as_master():
+    cfg, p = make(example("slurm"))
+    assert (cfg.scheduler, cfg.mode, cfg.rendezvous) == ("slurm", "child", False)
+    assert p.launcher["unit"] == "torchrun" and not p.needs_ssh and p.problems == []
+    assert p.argv[:11] == ["torchrun", "--nnodes", "3", "--node_rank", "1", "--nproc_per_node",
+                           "2", "--master_addr", "node1", "--master_port", "29500"]
+    assert p.rendezvous is None and p.ssh is None and p.hostfile == []
+    assert p.environment["MNP_MASTER_ADDRESS"] == "node1"
+    assert "scheduler: slurm (detected from SLURM_JOB_ID)" in p.text()
+
+
+def test_a_slurm_batch_script_runs_mpirun_inside_the_allocation_without_hostfile_or_ssh():
+    env = example("slurm", 3, 0, SLURM_TASKS_PER_NODE="2(x3)")
+    for name in ("SLURM_STEP_ID", "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES",
+                 "SLURM_STEP_TASKS_PER_NODE"):
+        del env[name]
+    cfg, p = make(env)
+    assert cfg.mode == "launcher" and p.launcher["unit"] == "mpirun" and p.problems == []
+    assert p.argv[:4] == ["/usr/bin/mpirun", "--allow-run-as-root", "-np", "6"]
+    assert "--hostfile" not in p.argv and not p.launcher["needs_ssh"]
+    names = [entry["name"] for entry in p.env]
+    assert "OMPI_MCA_orte_default_hostfile" not in names and "OMPI_MCA_plm_rsh_args" not in names
+    # each rank keeps its own Slurm variables: none is exported from the script's node
+    assert not [a for a in p.argv if a.startswith("SLURM")]
+
+
+def test_an_srun_mpi_pmix_task_is_a_rank_and_runs_the_command_itself():
+    env = example("slurm", PMIX_RANK="1", PMIX_NAMESPACE="slurm.pmix.7.0")
+    cfg, p = make(dict(env, MNP_LAUNCHER="mpirun"))
+    assert (cfg.scheduler, cfg.mode) == ("rank", "rank")
+    assert p.argv == ["python3", "train.py"] and p.launcher["unit"] == "none"
+    assert any("MNP_LAUNCHER=mpirun not used" in n for n in p.notes)
+    assert not [e for e in p.env if e["name"].startswith("OMPI_MCA_")]
+
+
+def test_mpirun_on_a_slurm_step_node_is_a_problem_naming_the_slurm_ways():
+    _, p = make(example("slurm", MNP_LAUNCHER="mpirun"))
+    assert p.problems and "srun --mpi=pmix" in p.problems[0]
+
+
+@pytest.mark.parametrize("kind,master,port", [("pytorchjob", "job-master-0", "23456"),
+                                              ("trainjob", "tj-node-0-0.tj", "29500")])
+def test_kubeflow_pods_run_torchrun_with_the_controllers_master_and_no_pet_variables(
+        kind, master, port):
+    env = example(kind, 2, 1, PET_NPROC_PER_NODE="4")
+    cfg, p = make(env)
+    assert (cfg.scheduler, cfg.mode) == (kind, "child")
+    assert p.argv[:11] == ["torchrun", "--nnodes", "2", "--node_rank", "1", "--nproc_per_node",
+                           "4", "--master_addr", master, "--master_port", port]
+    assert not [name for name in p.environment if name.startswith("PET_")]
+    assert any(n.startswith("cleared PET_") for n in p.notes)
+
+
+def test_an_elastic_peer_runs_torchrun_on_the_rendezvous_endpoint():
+    env = {"PET_RDZV_ENDPOINT": "etcd-service:2379", "PET_RDZV_BACKEND": "etcd",
+           "PET_NNODES": "2:3", "PET_RDZV_ID": "imagenet", "PET_MAX_RESTARTS": "3"}
+    cfg, p = make(env)
+    assert cfg.mode == "peer" and p.problems == []
+    assert p.argv == ["torchrun", "--nnodes", "2:3", "--nproc_per_node", "2", "--rdzv_backend",
+                      "etcd", "--rdzv_endpoint", "etcd-service:2379", "--rdzv_id", "imagenet",
+                      "--max_restarts", "3", "train.py"]
+    assert not [name for name in p.environment if name.startswith("PET_")]
+
+
+def test_an_mpijob_launcher_runs_mpirun_over_the_operators_hostfile(tmp_path):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("mj-worker-0.mj.default.svc slots=2\nmj-worker-1.mj.default.svc slots=2\n")
+    env = example("mpijob", OMPI_MCA_orte_default_hostfile=str(hostfile))
+    cfg, p = make(env)
+    assert cfg.mode == "launcher" and p.problems == [] and p.launcher["needs_ssh"]
+    assert p.argv[:4] == ["/usr/bin/mpirun", "--allow-run-as-root", "-np", "4"]
+    assert "--hostfile" not in p.argv
+    assert p.environment["OMPI_MCA_orte_default_hostfile"] == str(hostfile)
+    assert p.environment["OMPI_MCA_plm_rsh_args"] == (
+        "-o ConnectionAttempts=10 -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null")
+    assert "K_MPI_JOB_ROLE" not in p.argv  # the launcher's role does not reach the ranks
+
+
+def test_an_mpijob_worker_serves_ssh_and_runs_nothing():
+    cfg, p = make({"K_MPI_JOB_ROLE": "worker"})
+    assert cfg.mode == "worker" and p.launcher["unit"] == "none" and p.problems == []
+    assert p.children.startswith("none: the launcher reaches this pod")
+
+
+def test_batch_keeps_its_rendezvous_and_ssh():
+    env = example("batch", 2, 0, MNP_SECRET="s")
+    cfg, p = make(env)
+    assert cfg.rendezvous and p.needs_ssh and p.rendezvous.startswith("listen on port")
+    assert p.role["scheduler"] == "batch" and p.role["detected_from"] == "AWS_BATCH_JOB_NODE_INDEX"
+
+
+def test_mnp_scheduler_overrides_detection():
+    cfg, p = make(dict(example("slurm"), MNP_SCHEDULER="single"))
+    assert (cfg.scheduler, cfg.mode) == ("single", "single")
+    assert p.role["detected_from"] == "MNP_SCHEDULER=single"
+
+
+def test_a_bad_scheduler_value_is_one_line_and_exit_2():
+    env = dict(os.environ, MNP_SCHEDULER="slurn", PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "entrypoint", "true"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "mnp-entrypoint: error: MNP_SCHEDULER: 'slurn' is not one of rank, batch, mpijob, "
+        "pytorchjob, trainjob, slurm, single, auto (did you mean slurm?)"]
+
+
+def test_the_json_dry_run_names_the_scheduler_and_the_variable():
+    env = dict(os.environ, PYTHONPATH=str(REPO), MNP_DRY_RUN="json",
+               **schedulers.MODULES["trainjob"].example(2, 0))
+    proc = subprocess.run([sys.executable, "-m", "entrypoint", "python3", "train.py"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    data = json.loads(proc.stdout)
+    assert (data["role"]["scheduler"], data["role"]["detected_from"], data["role"]["mode"]) == (
+        "trainjob", "PET_NODE_RANK", "main")
+    assert data["role"]["node"]["main_address"] == "tj-node-0-0.tj"
+
+
+def test_every_node_of_a_scheduler_that_wired_them_runs_the_command_with_launcher_none():
+    for rank in (0, 1):
+        _, p = make(dict(example("slurm", 2, rank), MNP_LAUNCHER="none"))
+        assert p.argv == ["python3", "train.py"] and p.problems == []
+
+
+def test_several_tasks_per_node_of_a_slurm_step_would_each_start_torchrun_a_problem():
+    env = example("slurm", 2, 1, SLURM_STEP_TASKS_PER_NODE="8(x2)", SLURM_NTASKS="16")
+    _, p = make(env)
+    assert p.problems and p.problems[0].startswith("8 tasks of this Slurm step run on this node")
+    _, p = make(dict(env, MNP_LAUNCHER="none"))  # each task runs the command: the user's choice
+    assert p.problems == []
+
+
+def test_an_elastic_peer_names_no_node_index_or_master_it_cannot_know():
+    _, p = make({"PET_RDZV_ENDPOINT": "peer-0:29400", "PET_NNODES": "3"})
+    assert not [name for name in p.environment if name.startswith("MNP_")]
+
+
+@pytest.mark.parametrize("command", [["torchrun", "--nproc_per_node", "1", "train.py"],
+                                     ["python3", "-m", "torch.distributed.run", "train.py"],
+                                     ["/usr/bin/mpirun", "python3", "allreduce.py"]])
+def test_a_command_that_is_a_launcher_runs_as_is_with_the_schedulers_variables(command):
+    env = example("pytorchjob", 2, 1)
+    _, p = make(env, command)
+    assert p.argv == command and p.launcher["unit"] == "none" and p.problems == []
+    assert p.environment["PET_NNODES"] == "2"  # left for the user's torchrun to read
+    program = command[0].split("/")[-1]
+    assert any(f"starts {program} itself" in n or "-m torch" in n for n in p.notes), p.notes
+    _, p = make(dict(env, MNP_LAUNCHER="torchrun"), ["python3", "train.py"])
+    assert p.argv[0] == "torchrun"
+
+
+def test_batch_still_launches_whatever_the_command():
+    _, p = make(example("batch", 2, 0, MNP_SECRET="s"), ["torchrun", "train.py"])
+    assert p.launcher["unit"] == "mpirun"

@@ -1,0 +1,174 @@
+"""Containers of the cpu-tcp image playing the pods of Kubeflow jobs (``pods``): a 2-node
+PyTorchJob, a 2-node TrainJob and an MPIJob (launcher + 2 workers). Each container has the pod's
+host name and DNS names (network aliases), exactly the environment its controller sets (every
+value below names the controller source it copies), and its command in ``args:`` form, so the
+image's ENTRYPOINT (``mnp-entrypoint``) runs as it does in a pod. No Kubernetes API server can
+run here: the controllers' reconcile loops, webhooks and CNI are not covered.
+
+Sources read (public repositories; line numbers are those of the version read):
+- PyTorchJob: kubeflow/training-operator pkg/controller.v1/pytorch/envvar.go (the version with
+  EnvNodeRank, release 1.8/1.9) and master.go at 2c099d5d; the default port is
+  PytorchJobDefaultPort = 23456 in pkg/apis/kubeflow.org/v1/pytorch_types.go.
+- TrainJob: kubeflow/trainer pkg/runtime/framework/plugins/torch/torch.go at 06b555d6
+  (EnforceMLPolicy), port constants.ContainerTrainerPort = 29500.
+- MPIJob v2beta1: kubeflow/mpi-operator pkg/controller/mpi_job_controller.go at cbe4f8aa (the
+  ``launcherEnvVars``, ``workerEnvVars``, ``ompiEnvVars`` and ``sshVolumeItems`` variables, the
+  hostfile ConfigMap and the worker's default ``/usr/sbin/sshd -De`` command).
+"""
+
+import os
+import re
+
+import pytest
+
+from .pods import Pods
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+DDP = """\
+import os, socket
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+print("ddp rank=%d world=%d sum=%g host=%s" % (dist.get_rank(), dist.get_world_size(), t.item(),
+                                               socket.gethostname()), flush=True)
+"""
+ALLREDUCE = """\
+import socket
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+print("rank=%d size=%d sum=%d host=%s" % (c.Get_rank(), c.Get_size(),
+                                          c.allreduce(c.Get_rank() + 1), socket.gethostname()))
+"""
+
+
+@pytest.fixture
+def pods(docker_client, cluster_image, tmp_path):
+    share = tmp_path / "share"
+    share.mkdir()
+    (share / "ddp.py").write_text(DDP)
+    (share / "allreduce.py").write_text(ALLREDUCE)
+    group = Pods(docker_client, cluster_image, share)
+    try:
+        yield group
+    finally:
+        group.cleanup()
+
+
+def _ddp_lines(logs):
+    return sorted(re.findall(r"ddp rank=\d world=\d sum=[\d.]+", logs))
+
+
+def pytorchjob_env(rank):
+    """What training-operator gives replica ``rank`` (Master 0, Worker 0 is rank 1) of PyTorchJob
+    ``pj`` with one Master, one Worker and ``nprocPerNode: "1"``."""
+    return {
+        "PYTHONUNBUFFERED": "0",  # envvar.go line 58
+        "MASTER_PORT": "23456",  # master.go line 43 (the pytorchjob-port, default 23456)
+        "MASTER_ADDR": "pj-master-0",  # master.go lines 40 and 47: <job>-master-0
+        "WORLD_SIZE": "2",  # envvar.go line 86: replicas x nprocPerNode
+        "RANK": str(rank),  # envvar.go line 90 (a Worker's index + 1, line 82)
+        "PET_NPROC_PER_NODE": "1",  # envvar.go line 94: spec.nprocPerNode
+        "PET_NODE_RANK": str(rank),  # envvar.go line 98
+        "PET_NNODES": "2",  # envvar.go line 117: the total replicas (no elasticPolicy)
+    }
+
+
+def test_a_two_node_pytorchjob_runs_through_the_entrypoint(pods):
+    pods.pod("pj-master-0", ["python3", "/share/ddp.py"], pytorchjob_env(0))
+    pods.pod("pj-worker-0", ["python3", "/share/ddp.py"], pytorchjob_env(1))
+    codes = [pods.wait_exit(name, 240) for name in ("pj-master-0", "pj-worker-0")]
+    logs = pods.logs()
+    assert codes == [0, 0], logs
+    assert _ddp_lines(logs) == ["ddp rank=0 world=2 sum=3", "ddp rank=1 world=2 sum=3"], logs
+    assert logs.count("scheduler: pytorchjob (detected from MASTER_ADDR)") == 2, logs
+    for rank in (0, 1):
+        assert f"--nnodes 2 --node_rank {rank} --nproc_per_node 1 --master_addr pj-master-0 " \
+               "--master_port 23456" in logs, logs
+    assert "cleared PET_NNODES, PET_NODE_RANK, PET_NPROC_PER_NODE" in logs
+
+
+def trainjob_env(index):
+    """What the Trainer's torch plugin gives the ``node`` container of TrainJob ``tj``, node
+    ``index`` (numNodes 2, numProcPerNode 1)."""
+    return {
+        "PET_NNODES": "2",  # torch.go line 158: the trainer PodSet's count (numNodes)
+        "PET_NPROC_PER_NODE": "1",  # torch.go line 161: numProcPerNode
+        # torch.go line 164-167: from the Indexed Job's completion index, which Kubernetes also
+        # sets as JOB_COMPLETION_INDEX
+        "PET_NODE_RANK": str(index),
+        "JOB_COMPLETION_INDEX": str(index),
+        "PET_MASTER_ADDR": "tj-node-0-0.tj",  # torch.go lines 169-170: <tj>-node-0-0.<tj>
+        "PET_MASTER_PORT": "29500",  # torch.go line 172: constants.ContainerTrainerPort
+    }
+
+
+def test_a_two_node_trainjob_runs_through_the_entrypoint(pods):
+    for index in (0, 1):  # JobSet pod host name <tj>-node-0-<i>, subdomain <tj>
+        name = f"tj-node-0-{index}"
+        pods.pod(name, ["python3", "/share/ddp.py"], trainjob_env(index), aliases=(f"{name}.tj",))
+    codes = [pods.wait_exit(f"tj-node-0-{i}", 240) for i in (0, 1)]
+    logs = pods.logs()
+    assert codes == [0, 0], logs
+    assert _ddp_lines(logs) == ["ddp rank=0 world=2 sum=3", "ddp rank=1 world=2 sum=3"], logs
+    assert logs.count("scheduler: trainjob (detected from PET_NODE_RANK)") == 2, logs
+    assert logs.count("--master_addr tj-node-0-0.tj --master_port 29500") == 2, logs
+
+
+def _ssh_secret(pods, tmp_path):
+    """The operator's SSH Secret as mounted: id_rsa, id_rsa.pub, authorized_keys (the public key
+    again), mode 0600 (mpi_job_controller.go sshVolumeItems). Made with the image's ssh-keygen,
+    so the test needs no SSH tools on the host; the files stay the test user's."""
+    keys = tmp_path / "ssh"
+    keys.mkdir()
+    script = ("ssh-keygen -q -t rsa -b 2048 -N '' -C mj -f /keys/id_rsa && "
+              "cp /keys/id_rsa.pub /keys/authorized_keys && chmod 600 /keys/* && "
+              f"chown -R {os.getuid()}:{os.getgid()} /keys")
+    pods.client.containers.run(pods.image, ["-c", script], entrypoint=["/bin/sh"], remove=True,
+                               volumes={str(keys): {"bind": "/keys", "mode": "rw"}},
+                               labels={"mnp-test": "1"})
+    return keys
+
+
+def test_an_mpijob_launcher_and_two_workers_run_mpirun_through_the_entrypoint(pods, tmp_path):
+    keys = _ssh_secret(pods, tmp_path)
+    config = tmp_path / "mpi"
+    config.mkdir()
+    # the hostfile ConfigMap: <job>-worker-<i>.<job>.<ns>.svc slots=<slotsPerWorker>
+    (config / "hostfile").write_text("mj-worker-0.mj.default.svc slots=1\n"
+                                     "mj-worker-1.mj.default.svc slots=1\n")
+    volumes = {str(keys): {"bind": "/root/.ssh", "mode": "ro"},
+               str(config): {"bind": "/etc/mpi", "mode": "ro"}}
+    for i in (0, 1):
+        name = f"mj-worker-{i}"
+        # workerEnvVars: K_MPI_JOB_ROLE=worker. No args: the operator's default command
+        # (/usr/sbin/sshd -De) would bypass the entrypoint, so the manifest leaves it out.
+        pods.pod(name, None, {"K_MPI_JOB_ROLE": "worker"},
+                 aliases=(f"{name}.mj", f"{name}.mj.default.svc"), volumes=volumes)
+    for i in (0, 1):
+        pods.wait_log(f"mj-worker-{i}", "sshd listening on port 22", 60)
+    launcher_env = {
+        "K_MPI_JOB_ROLE": "launcher",  # launcherEnvVars
+        "OMPI_MCA_orte_keep_fqdn_hostnames": "true",  # ompiEnvVars
+        "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",  # ompiEnvVars: configMountPath
+        "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",  # ompiEnvVars
+    }
+    pods.pod("mj-launcher", ["python3", "/share/allreduce.py"], launcher_env,
+             aliases=("mj-launcher.mj",), volumes=volumes)
+    code = pods.wait_exit("mj-launcher", 120)
+    logs = pods.logs("mj-launcher")
+    assert code == 0, pods.logs()
+    found = sorted(re.findall(r"rank=\d size=\d sum=\d host=\S+", logs))
+    assert found == ["rank=0 size=2 sum=3 host=mj-worker-0", "rank=1 size=2 sum=3 host=mj-worker-1"
+                     ], logs
+    assert "scheduler: mpijob (detected from K_MPI_JOB_ROLE)" in logs
+    assert re.search(r"running: \S*mpirun --allow-run-as-root -np 2 ", logs), logs
+    # the workers stay up until the pod is stopped, as sshd -De would
+    for i in (0, 1):
+        worker = pods.containers[f"mj-worker-{i}"]
+        worker.reload()
+        assert worker.status == "running", pods.logs(f"mj-worker-{i}")
+    pods.containers["mj-worker-0"].stop(timeout=10)
+    assert pods.wait_exit("mj-worker-0", 30) == 128 + 15
