@@ -210,16 +210,20 @@ def pin(c, check=False, stacks=STACKS):
 
 @task(help={"stack": ONE["stack"], "instance_type": "e.g. p4d.24xlarge (required)",
             "nodes": "number of nodes (default 2)",
-            "launcher": "mpirun (default), deepspeed, torchrun, torch.distributed.launch or none",
+            "launcher": "mpirun, deepspeed, torchrun, torch.distributed.launch or none (default: "
+                        "the scheduler's: mpirun on batch and mpijob, torchrun on the others)",
+            "scheduler": "batch (default), slurm, pytorchjob, trainjob or mpijob",
+            "rdzv": "c10d, etcd or etcd-v2: an elastic pytorchjob's rendezvous (default: none, "
+                    "a static job)",
             "json": "print the plan as JSON", "stacks": HELP["stacks"]},
       iterable=["stack"])
 @options.user_errors
-def explain(c, stack=None, instance_type=None, nodes="2", launcher="mpirun", json=False,
-            stacks=STACKS):
-    """The main node's plan for a stack on an instance type, without hardware or a build:
-    invoke explain --stack S --instance-type T --nodes N [--launcher L] [--json] -- CMD..."""
+def explain(c, stack=None, instance_type=None, nodes="2", launcher=None, scheduler="batch",
+            rdzv=None, json=False, stacks=STACKS):
+    """The main node's plan for a stack on an instance type under a scheduler, without hardware
+    or a build: invoke explain --stack S --instance-type T --nodes N [--scheduler K] -- CMD..."""
     deploy.explain(stacks, stack, instance_type, nodes, launcher, json,
-                options.command_after_dashdash(sys.argv, c.remainder))
+                   options.command_after_dashdash(sys.argv, c.remainder), scheduler, rdzv)
 
 
 # Read the command line before invoke's parser does, so that its messages ("No idea what

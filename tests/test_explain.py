@@ -252,3 +252,35 @@ def test_an_elastic_pytorchjob_explains_as_a_peer_on_its_rendezvous(backend):
 def test_rdzv_needs_the_pytorchjob_scheduler():
     with pytest.raises(ExplainError, match="^--rdzv 'etcd': an elastic PyTorchJob's backend"):
         explain(MATRIX, "cpu-tcp", "c5n.18xlarge", 2, None, scheduler="slurm", rdzv="etcd")
+
+
+def invoke_explain(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "invoke", "explain", *args, "--", "python3",
+                           "train.py"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("scheduler, role", [("slurm", "main"), ("pytorchjob", "main"),
+                                             ("trainjob", "main"), ("mpijob", "launcher"),
+                                             ("batch", "main")])
+def test_invoke_explain_scheduler_from_the_command_line(scheduler, role):
+    """--scheduler reaches the plan; with no --launcher the scheduler's role picks it."""
+    proc = invoke_explain("--stack", "cpu-tcp", "--instance-type", "c5n.18xlarge", "--nodes",
+                          "3", "--scheduler", scheduler, "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["role"]["scheduler"] == scheduler
+    expected = "torchrun" if scheduler in ("slurm", "pytorchjob", "trainjob") else "mpirun"
+    assert data["launcher"]["unit"] == expected
+    assert role in json.dumps(data["role"])
+
+
+@pytest.mark.parametrize("args, word", [
+    (["--scheduler", "slurmm"], "--scheduler"),
+    (["--scheduler", "slurm", "--rdzv", "c10d"], "--rdzv"),
+    (["--scheduler", "pytorchjob", "--rdzv", "zookeeper"], "--rdzv"),
+])
+def test_invoke_explain_scheduler_mistakes_are_one_line_exit_2(args, word):
+    proc = invoke_explain("--stack", "cpu-tcp", "--instance-type", "c5n.18xlarge", *args)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert word in line and "Traceback" not in proc.stderr

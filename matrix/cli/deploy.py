@@ -72,7 +72,8 @@ class Generated:
 
 def _generator_input(task: str, what: str, stacks_file: str, stacks: Any, nodes: Any,
                      instance_type: str | None, launcher: str, output: str | None,
-                     command: list[str], mounts: Any, claims: Any = None) -> Generated:
+                     command: list[str], mounts: Any, claims: Any = None,
+                     scheduler: str = "batch") -> Generated:
     """The checks every generator makes, in the order a user fixes them: the command line
     first (exit 2), then the stack on the instance and the plan (exit 1), nothing written."""
     from matrix.deploy import jobdef as jd
@@ -91,7 +92,7 @@ def _generator_input(task: str, what: str, stacks_file: str, stacks: Any, nodes:
     matrix = load(stacks_file)
     stack = one_stack(matrix, stacks)
     jd.check_pair(matrix.stack(stack), instance_type)  # before the image: no engine needed
-    _refuse_problems(matrix, stack, instance_type, count, launcher, command)
+    _refuse_problems(matrix, stack, instance_type, count, launcher, command, scheduler)
     return Generated(matrix, stack, count, instance_type, command, parsed_mounts, parsed_claims,
                      target)
 
@@ -145,8 +146,12 @@ def sbatch(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
     from matrix.deploy import sbatch as sb
 
     launcher = choose(launcher, LAUNCHERS, "launcher", "--launcher")
+    # with mpirun every srun --mpi=pmix task is one rank: the plan to check is mpirun's (what
+    # the ranks need from the stack); any other launcher runs once per node of a Slurm step
+    scheduler = "batch" if launcher == "mpirun" else "slurm"
     given = _generator_input("sbatch", "the srun line's command", stacks_file, stacks, nodes,
-                             instance_type, launcher, output, command, mounts)
+                             instance_type, launcher, output, command, mounts,
+                             scheduler=scheduler)
     uri = _image(given, image_uri)
     script = sb.build_sbatch_script(given.stack, given.nodes, given.instance_type, uri, command,
                                     launcher=launcher,
@@ -168,7 +173,8 @@ def k8s(stacks_file: str, stacks: Any, kind: str | None, nodes: Any, instance_ty
         raise UsageError(f"--elastic {elastic}: only --kind pytorchjob has elastic bounds")
     bounds = kube.parse_elastic(elastic, count)
     given = _generator_input("k8s", "every pod's args", stacks_file, stacks, count,
-                             instance_type, kube.LAUNCHER[kind], output, command, mounts, claims)
+                             instance_type, kube.LAUNCHER[kind], output, command, mounts, claims,
+                             scheduler=kind)
     uri = _image(given, image_uri)
     manifest = kube.build_manifest(kind, given.stack, given.nodes, given.instance_type, uri,
                                    command, fabric=given.matrix.stack(given.stack).fabric,
@@ -178,17 +184,18 @@ def k8s(stacks_file: str, stacks: Any, kind: str | None, nodes: Any, instance_ty
 
 
 def _refuse_problems(matrix: Matrix, stack: str, instance_type: str, nodes: int, launcher: str,
-                     command: list[str]) -> None:
-    """The check ``invoke explain`` makes: a plan with PROBLEM lines stops every node at start,
-    so no job definition is written for it."""
+                     command: list[str], scheduler: str = "batch") -> None:
+    """The check ``invoke explain --scheduler`` makes: a plan with PROBLEM lines stops every
+    node at start, so nothing is written for it."""
     from matrix.deploy import explain as ex
 
-    problems = ex.explain(matrix, stack, instance_type, nodes, launcher, command).plan.problems
+    problems = ex.explain(matrix, stack, instance_type, nodes, launcher, command,
+                          scheduler=scheduler).plan.problems
     if problems:
-        raise UserError(f"stack {stack} with launcher {launcher} on {nodes} x {instance_type}: "
-                        + SEPARATOR.join(problems) + " (a real run stops there; see invoke "
-                        f"explain --stack {stack} --instance-type {instance_type} --launcher "
-                        f"{launcher})")
+        raise UserError(f"stack {stack} with launcher {launcher} on {nodes} x {instance_type} "
+                        f"under {scheduler}: " + SEPARATOR.join(problems) + " (a real run stops "
+                        f"there; see invoke explain --stack {stack} --instance-type "
+                        f"{instance_type} --launcher {launcher} --scheduler {scheduler})")
 
 
 def _output_path(output: str) -> Path:
@@ -274,8 +281,9 @@ def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
                        mounts=parsed_mounts)
 
 
-def explain(stacks_file: str, stacks: Any, instance_type: str | None, nodes: Any, launcher: str,
-            as_json: bool, command: list[str]) -> None:
+def explain(stacks_file: str, stacks: Any, instance_type: str | None, nodes: Any,
+            launcher: str | None, as_json: bool, command: list[str], scheduler: str = "batch",
+            rdzv: str | None = None) -> None:
     """Print the main node's plan. A mistake in the command line (an unknown stack, instance or
     launcher, a bad --nodes) is one line and exit status 2; a pair jobdef refuses is one line
     and 1; a plan with problems (a real run stops there) is printed and exits 1."""
@@ -293,9 +301,16 @@ def explain(stacks_file: str, stacks: Any, instance_type: str | None, nodes: Any
     for option, what, value, known in (
             ("--stack", "stack", stack, matrix.stacks),
             ("--instance-type", "instance type", instance_type, INSTANCE_TYPES),
-            ("--launcher", "launcher", launcher, LAUNCHERS)):
-        choose(str(value), known, what, option)
-    result = ex.explain(matrix, stack, str(instance_type), count, launcher, command)
+            ("--launcher", "launcher", launcher, LAUNCHERS),
+            ("--scheduler", "scheduler", scheduler, ex.SCHEDULERS),
+            ("--rdzv", "rendezvous backend", rdzv, ex.RDZV_BACKENDS)):
+        if value is not None:
+            choose(str(value), known, what, option)
+    if rdzv is not None and scheduler != "pytorchjob":
+        raise UsageError(f"--rdzv {rdzv}: an elastic PyTorchJob's rendezvous; add --scheduler "
+                         "pytorchjob")
+    result = ex.explain(matrix, stack, str(instance_type), count, launcher, command,
+                        scheduler=scheduler, rdzv=rdzv)
     if as_json:
         print(result.json())
     else:

@@ -169,6 +169,10 @@ def test_sbatch_writes_the_script(tmp_path):
     (["--mount", "/fsx,x:/fsx"], 2, "may not hold ',', ':'"),
     (["--launcher", "srun"], 2, "--launcher 'srun': no launcher of that name"),
     (["--stack", "cpu-mpi", "--launcher", "torchrun"], 1, "torchrun needs PyTorch"),
+    # deepspeed's runners reach the nodes over SSH, which a Slurm step does not serve: the
+    # plan the entrypoint makes under Slurm has that problem, so no script is written
+    (["--stack", "cpu-tcp", "--launcher", "deepspeed"], 1, "under slurm: MNP_LAUNCHER=deepspeed "
+                                                          "needs SSH"),
 ])
 def test_sbatch_mistakes_are_one_line(tmp_path, args, code, words):
     target = tmp_path / "job.sbatch"
