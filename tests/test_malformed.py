@@ -260,6 +260,11 @@ REGRESSIONS = {
     "60 KB value that breaks a pattern": (
         with_value("repository: ", "X" * 60_000),
         "repository: 'XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX'... (60000 characters) does not match"),
+    # found by the 10,000-file run: the rules evaluated a pin's requires_python unchecked
+    "a pip pin's requires_python that is not a range": (
+        VALID_TEXT.replace('requires_python: ">=3.6"', 'requires_python: "\u00ac\u00e7=\u00a3"',
+                           1).encode(),
+        "requires_python: '¬ç=£' is not a version range"),
     "invalid UTF-8": (VALID_TEXT.encode().replace(b"cpu-tcp:", b"cpu-\xfftcp:", 1),
                       "not valid UTF-8 (byte 0xff at offset"),
 }

@@ -64,18 +64,24 @@ def _check_versions(located: yamlsrc.Located) -> None:
 
 
 def _check_cuda_ranges(located: yamlsrc.Located) -> None:
-    """A component's ``cuda`` fact is a version range the rules evaluate: it must parse as one."""
+    """A component's ``cuda`` fact and each pip pin's ``requires_python`` are version ranges the
+    rules evaluate: each must parse as one."""
     for comp, cspec in located.data["components"].items():
         for ver, vspec in cspec["versions"].items():
-            if "cuda" not in vspec:
-                continue
-            json_path = ("components", comp, "versions", ver, "cuda")
-            try:
-                specifier(vspec["cuda"])
-            except InvalidSpecifier:
-                raise UserError(f"{located.where(json_path)}: {'/'.join(map(key_text, json_path))}: "
-                                f"{excerpt(vspec['cuda'])} is not a version range "
-                                f"(e.g. \"==11.7.*\" or \">=12.8\")") from None
+            here = ("components", comp, "versions", ver)
+            ranges = [(here + ("cuda",), vspec["cuda"], '"==11.7.*" or ">=12.8"')] \
+                if "cuda" in vspec else []
+            ranges += [(here + ("pip", package, "requires_python"), pin["requires_python"],
+                        '">=3.8" or ">=2.7, !=3.0.*"')
+                       for package, pin in (vspec.get("pip") or {}).items()
+                       if isinstance(pin, dict) and "requires_python" in pin]
+            for json_path, value, example in ranges:
+                try:
+                    specifier(value)
+                except InvalidSpecifier:
+                    raise UserError(f"{located.where(json_path)}: "
+                                    f"{'/'.join(map(key_text, json_path))}: {excerpt(value)} is "
+                                    f"not a version range (e.g. {example})") from None
 
 
 def _check_instances(name: str, spec: dict[str, Any], located: yamlsrc.Located) -> None:
