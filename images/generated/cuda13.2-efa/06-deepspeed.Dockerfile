@@ -39,4 +39,4 @@ RUN set -e; \
  && rm -f /tmp/requirements.txt; \
     rm -f /tmp/mnp-ca.pem \
  && python3 -c 'import sys, deepspeed; sys.exit(deepspeed.__version__ != "0.19.8" and deepspeed.__version__)' \
- && python3 -c 'import sys, deepspeed.git_version_info as g; missing = [op for op in ["fused_adam"] if not g.installed_ops.get(op)]; sys.exit("not pre-built: %s" % missing if missing else 0)'
+ && python3 -c 'import sys, deepspeed.git_version_info as g; from deepspeed.ops.op_builder.all_ops import ALL_OPS; name = {b.BUILD_VAR: n for n, b in ALL_OPS.items()}; missing = [op for op in ["FUSED_ADAM"] if not g.installed_ops.get(name.get("DS_BUILD_" + op))]; sys.exit("not pre-built: %s" % missing if missing else 0)'
