@@ -43,4 +43,6 @@ RUN set -e; \
  && rm -f /tmp/requirements.txt; \
     rm -f /tmp/mnp-ca.pem \
  && python3 -c 'import sys, deepspeed; sys.exit(deepspeed.__version__ != "0.14.4" and deepspeed.__version__)' \
- && python3 -c 'import sys, deepspeed.git_version_info as g; from deepspeed.ops.op_builder.all_ops import ALL_OPS; name = {b.BUILD_VAR: n for n, b in ALL_OPS.items()}; missing = [op for op in ["SHM_COMM"] if not g.installed_ops.get(name.get("DS_BUILD_" + op))]; sys.exit("not pre-built: %s" % missing if missing else 0)'
+ && python3 -c 'import sys, deepspeed.git_version_info as g; from deepspeed.ops.op_builder.all_ops import ALL_OPS; name = {b.BUILD_VAR: n for n, b in ALL_OPS.items()}; missing = [op for op in ["SHM_COMM"] if not g.installed_ops.get(name.get("DS_BUILD_" + op))]; sys.exit("not pre-built: %s" % missing if missing else 0)' \
+ && sed -i "s/args = \['-O3', '-g', '-Wno-reorder'\]/args = ['-O3', '-std=c++17', '-g', '-Wno-reorder']/" /usr/local/lib/python3.11/dist-packages/deepspeed/ops/op_builder/cpu/builder.py \
+ && grep -qF "args = ['-O3', '-std=c++17', '-g', '-Wno-reorder']" /usr/local/lib/python3.11/dist-packages/deepspeed/ops/op_builder/cpu/builder.py

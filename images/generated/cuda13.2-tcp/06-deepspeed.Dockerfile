@@ -6,6 +6,10 @@ LABEL io.github.mnp-stacks.component.deepspeed="0.19.8"
 ARG MNP_CA_URL
 ENV DS_BUILD_OPS=0
 ENV TORCH_CUDA_ARCH_LIST="8.6;8.9;9.0;10.0"
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      libaio-dev=0.3.113-4 \
+ && rm -rf /var/lib/apt/lists/*
 RUN set -e; \
     if [ -n "${MNP_CA_URL:-}" ]; then \
       hostport="${MNP_CA_URL#http://}"; hostport="${hostport%%/*}"; \
