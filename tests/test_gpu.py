@@ -140,3 +140,22 @@ def test_deepspeed_initialize_trains_on_the_gpu_through_the_deepspeed_launcher(d
     assert result["losses"][1] < result["losses"][0], result
     assert result["fused_adam"] == 0.9, result  # Adam's first step: 1 - lr
     assert result["jit_built"] is False, "an op was compiled at run time: " + out[-3000:]
+
+
+DEEPSPEED_JIT = r"""
+import torch
+from deepspeed.ops.lamb import FusedLamb  # not pre-built: compiled with nvcc on first use
+p = torch.nn.Parameter(torch.ones(16, device="cuda"))
+opt = FusedLamb([p], lr=0.1)
+p.grad = torch.ones_like(p)
+opt.step()
+torch.cuda.synchronize()
+print("LAMB", bool((p < 1).all()), flush=True)
+"""
+
+
+def test_deepspeed_jit_compiles_a_cuda_op_on_the_gpu(docker_client, image):
+    """What no CPU-only check can prove (DeepSpeed builds CPU variants when it sees no GPU):
+    an op that is not pre-built compiles with the image's nvcc, ninja and headers, and runs."""
+    out = _run(docker_client, image, ["python3", "-c", DEEPSPEED_JIT], {"MNP_LAUNCHER": "none"})
+    assert "LAMB True" in out, out[-3000:]

@@ -27,6 +27,12 @@ NOT_BUILDABLE = {
     # Built only for dist_backend="ccl", which needs Intel's oneCCL (CCL_ROOT) and its torch
     # bindings; no stack ships them.
     "deepspeed_ccl_comm": "op_builder/cpu/comm.py: extra_ldflags needs CCL_ROOT",
+    # DeepSpeed4Science's Evoformer attention (AlphaFold-style models) compiles against CUTLASS
+    # (CUTLASS_PATH, op_builder/evoformer_attn.py); no stack ships CUTLASS.
+    "evoformer_attn": "op_builder/evoformer_attn.py: needs CUTLASS_PATH",
+    # GPUDirect Storage links NVIDIA's cuFile (op_builder/gds.py, is_compatible looks for
+    # cuFileDriverOpen) and needs the host's nvidia-fs driver; no stack ships either.
+    "gds": "op_builder/gds.py: needs libcufile",
 }
 
 TRAIN = r'''
