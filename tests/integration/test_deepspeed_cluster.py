@@ -1,6 +1,7 @@
 """Issue 16, High 2 across real containers (``cpu-tcp``): a user's DeepSpeed training script,
 started by the entrypoint's deepspeed launcher unit on three Batch-MNP nodes, once through
-DeepSpeed's pdsh runner and once through its openmpi runner.
+DeepSpeed's pdsh runner and once through its openmpi runner; and on one node (a single container,
+two ranks), where DeepSpeed's runner used to stop at its SSH check of the hostfile's only host.
 
 The script is what a user writes: ``deepspeed.init_distributed(dist_backend="gloo")`` first,
 then ``deepspeed.initialize(model=..., optimizer=...)`` and two training steps on its own data.
@@ -114,3 +115,24 @@ def test_deepspeed_initialize_trains_two_steps_on_three_nodes(cluster, scripts, 
     assert len({r["checksum"] for r in found.values()}) == 1, found  # same parameters everywhere
     assert len({tuple(r["losses"]) for r in found.values()}) == 3, found  # each rank its own data
     assert {r["host"] for r in found.values()} == hosts  # one rank on each of the three nodes
+
+
+def test_deepspeed_initialize_trains_on_one_node(cluster, scripts):
+    """A single container (no Batch variables), two ranks: DeepSpeed's runner starts them
+    locally; the entrypoint passes --no_ssh_check (it runs no sshd on a single node)."""
+    container = cluster.client.containers.run(
+        cluster.image, ["python3", "/opt/mnp-test/train.py"], detach=True,
+        name=cluster.prefix + "-single", labels={"mnp-test": "1"}, shm_size="256m",
+        environment=dict(FAST, MNP_LAUNCHER="deepspeed", MNP_SLOTS_PER_NODE="2"),
+        volumes={path: {"bind": bind, "mode": "ro"} for path, bind in scripts.items()})
+    cluster.containers.append(container)  # removed by the fixture
+    code = cluster.wait_exit(container, 600)
+    log = cluster.logs(container)
+    assert code == 0, log[-6000:]
+    assert "--no_ssh_check" in log
+    found = results(log)
+    assert sorted(found) == [0, 1], log[-6000:]
+    for result in found.values():
+        assert result["world"] == 2 and result["steps"] == 2, result
+        assert result["moved"] > 1e-3 and result["max_diff_to_reference"] < 1e-5, result
+    assert len({r["checksum"] for r in found.values()}) == 1, found
