@@ -551,5 +551,8 @@ def _deepspeed(plan, cfg, facts, command, env, user_env, master, hostfile_path, 
             env["DS_ENV_FILE"] = target
     prefix = ["deepspeed"] if bins.get("deepspeed") else ["python3", "-m",
                                                           "deepspeed.launcher.runner"]
+    extra = (launchers.deepspeed.single_node_args(facts.versions.get("deepspeed"))
+             if cfg.mode == "single" else [])
     return launchers.deepspeed.argv(prefix, command, hostfile_path, runner, master,
-                                    cfg.master_port, " ".join(shlex.quote(a) for a in args))
+                                    cfg.master_port, " ".join(shlex.quote(a) for a in args),
+                                    extra)

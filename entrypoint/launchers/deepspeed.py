@@ -12,9 +12,13 @@ from .. import envtable
 from .base import Unit, split_program
 
 DS_ENV_FILE_MIN = ">=0.10.1"  # DeepSpeed PR #4006 (merged 2023-07-20): DS_ENV_FILE
+# DeepSpeed PR #1957 (merged 2022-05-17, first in 0.6.5): --no_ssh_check. The runner checks
+# `ssh <first host> hostname` for any hostfile before it knows the job has one node; a single
+# container runs no sshd, so without the flag a one-node job stops there.
+NO_SSH_CHECK_MIN = ">=0.6.5"
 SOURCE = ("https://github.com/deepspeedai/DeepSpeed/pull/4006 (DS_ENV_FILE, merged "
-          "2023-07-20, in 0.10.1); PR #117 (~/.deepspeed_env, 2020); deepspeed/launcher/"
-          "runner.py (pdsh default, openmpi runner)")
+          "2023-07-20, in 0.10.1); PR #117 (~/.deepspeed_env, 2020); PR #1957 (--no_ssh_check, "
+          "merged 2022-05-17); deepspeed/launcher/runner.py (pdsh default, openmpi runner)")
 UNIT = Unit("deepspeed", True, "nothing to start: DeepSpeed's runner (pdsh or "
             "mpirun) reaches this node over SSH",
             "DS_ENV_FILE (DeepSpeed >= 0.10.1) or ~/.deepspeed_env", "deepspeed", SOURCE)
@@ -29,6 +33,14 @@ def env_target(deepspeed_version: Optional[str], state_dir: str, home: str,
         return state_dir.rstrip("/") + "/deepspeed_env", "DS_ENV_FILE"
     return home.rstrip("/") + "/.deepspeed_env", "~/.deepspeed_env (DeepSpeed %s reads no "\
         "DS_ENV_FILE)" % (deepspeed_version or "of unknown version")
+
+
+def single_node_args(deepspeed_version: Optional[str]) -> List[str]:
+    """Extra runner arguments for a single-node job: its hostfile lists only this node, which
+    DeepSpeed's runner starts locally, with no SSH, once past its SSH check."""
+    if envtable.in_range(deepspeed_version, NO_SSH_CHECK_MIN):
+        return ["--no_ssh_check"]
+    return []
 
 
 def argv(prefix: Sequence[str], command: Sequence[str], hostfile: str, launcher: str,

@@ -2,7 +2,8 @@
 and with pdsh, a user's ``--mca`` that replaces ours, and the job's environment on every rank.
 
 Every rank runs ``report.py`` (mounted read-only at ``/opt/mnp-test``): an all-reduce over all
-ranks (mpi4py under mpirun, gloo under DeepSpeed and torchrun) and one ``REPORT`` line with its
+ranks (mpi4py under mpirun; gloo under torchrun, and under DeepSpeed after the user's own
+``deepspeed.init_distributed``) and one ``REPORT`` line with its
 rank, the sum, and what it sees of two variables that exist only in the job's environment, as
 a job definition would set them on every node: ``JOB_ONLY_VAR``, and a fake
 ``AWS_CONTAINER_CREDENTIALS_RELATIVE_URI`` that differs per node, as ECS issues it per task.
@@ -30,12 +31,11 @@ if mode == "mpi":
 else:
     import torch
     import torch.distributed as dist
-    if mode == "deepspeed" and "OMPI_COMM_WORLD_RANK" in os.environ:
-        # DeepSpeed's openmpi runner: ranks find each other the way deepspeed.init_distributed
-        # does (its CPU backend would JIT-build a shared-memory op, which needs ninja)
-        from deepspeed.comm.comm import mpi_discovery
-        mpi_discovery(verbose=False)
-    dist.init_process_group("gloo")
+    if mode == "deepspeed":
+        import deepspeed  # as a user's script starts (both runners)
+        deepspeed.init_distributed(dist_backend="gloo")
+    else:
+        dist.init_process_group("gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t)

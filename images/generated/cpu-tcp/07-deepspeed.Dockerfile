@@ -14,7 +14,10 @@ RUN apt-get update \
       python3-psutil=5.9.4-1+b1 \
       python3-setuptools=66.1.1-1+deb12u2 \
       python3-wheel=0.38.4-2 \
-      ninja-build=1.11.1-2~deb12u1 \
+      g++=4:12.2.0-3 \
+      python3-dev=3.11.2-1+b1 \
+      libtorch-dev=1.13.1+dfsg-4 \
+      pybind11-dev=2.10.3-1 \
  && rm -rf /var/lib/apt/lists/*
 RUN set -e; \
     if [ -n "${MNP_CA_URL:-}" ]; then \
@@ -24,11 +27,22 @@ RUN set -e; \
       export PIP_CERT=/tmp/mnp-ca.pem SSL_CERT_FILE=/tmp/mnp-ca.pem CURL_CA_BUNDLE=/tmp/mnp-ca.pem REQUESTS_CA_BUNDLE=/tmp/mnp-ca.pem; \
     fi; \
     printf '%s\n' \
-      'deepspeed==0.14.4 --hash=sha256:bb2f404b4a1d06aedd40c64d661f71307c22945d04a42d397ad39bbfeef9c8b8' \
       'hjson==3.1.0 --hash=sha256:65713cdcf13214fb554eb8b4ef803419733f4f5e551047c9b711098ab7186b89' \
       'nvidia-ml-py==12.535.161 --hash=sha256:69137b137c3c6f6185361346f02d9865c1f1b6754dfd0d34800516761c4e45af' \
+      'ninja==1.11.1.1 --hash=sha256:84502ec98f02a037a169c4b0d5d86075eaf6afc55e1879003d6cab51ced2ea4b' \
+      > /tmp/requirements.txt \
+ && python3 -m pip install --no-cache-dir --no-deps --require-hashes --no-build-isolation --break-system-packages -r /tmp/requirements.txt \
+ && rm -f /tmp/requirements.txt; \
+    export DS_BUILD_SHM_COMM=1; \
+    export DS_ACCELERATOR=cpu; \
+    MAX_JOBS="$(nproc)"; export MAX_JOBS; \
+    printf '%s\n' \
+      'deepspeed==0.14.4 --hash=sha256:bb2f404b4a1d06aedd40c64d661f71307c22945d04a42d397ad39bbfeef9c8b8' \
       > /tmp/requirements.txt \
  && python3 -m pip install --no-cache-dir --no-deps --require-hashes --no-build-isolation --break-system-packages -r /tmp/requirements.txt \
  && rm -f /tmp/requirements.txt; \
     rm -f /tmp/mnp-ca.pem \
- && python3 -c 'import sys, deepspeed; sys.exit(deepspeed.__version__ != "0.14.4" and deepspeed.__version__)'
+ && python3 -c 'import sys, deepspeed; sys.exit(deepspeed.__version__ != "0.14.4" and deepspeed.__version__)' \
+ && python3 -c 'import sys, deepspeed.git_version_info as g; from deepspeed.ops.op_builder.all_ops import ALL_OPS; name = {b.BUILD_VAR: n for n, b in ALL_OPS.items()}; missing = [op for op in ["SHM_COMM"] if not g.installed_ops.get(name.get("DS_BUILD_" + op))]; sys.exit("not pre-built: %s" % missing if missing else 0)' \
+ && sed -i "s/args = \['-O3', '-g', '-Wno-reorder'\]/args = ['-O3', '-std=c++17', '-g', '-Wno-reorder']/" /usr/local/lib/python3.11/dist-packages/deepspeed/ops/op_builder/cpu/builder.py \
+ && grep -qF "args = ['-O3', '-std=c++17', '-g', '-Wno-reorder']" /usr/local/lib/python3.11/dist-packages/deepspeed/ops/op_builder/cpu/builder.py

@@ -5,6 +5,12 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 LABEL io.github.mnp-stacks.component.deepspeed="0.14.5"
 ARG MNP_CA_URL
 ENV DS_BUILD_OPS=0
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      g++=4:11.2.0-1ubuntu1 \
+      python3-dev=3.10.6-1~22.04.1 \
+      libaio-dev=0.3.112-13build1 \
+ && rm -rf /var/lib/apt/lists/*
 RUN set -e; \
     if [ -n "${MNP_CA_URL:-}" ]; then \
       hostport="${MNP_CA_URL#http://}"; hostport="${hostport%%/*}"; \

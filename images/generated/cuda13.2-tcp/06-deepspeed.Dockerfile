@@ -6,6 +6,10 @@ LABEL io.github.mnp-stacks.component.deepspeed="0.19.8"
 ARG MNP_CA_URL
 ENV DS_BUILD_OPS=0
 ENV TORCH_CUDA_ARCH_LIST="8.6;8.9;9.0;10.0"
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      libaio-dev=0.3.113-4 \
+ && rm -rf /var/lib/apt/lists/*
 RUN set -e; \
     if [ -n "${MNP_CA_URL:-}" ]; then \
       hostport="${MNP_CA_URL#http://}"; hostport="${hostport%%/*}"; \
@@ -39,4 +43,4 @@ RUN set -e; \
  && rm -f /tmp/requirements.txt; \
     rm -f /tmp/mnp-ca.pem \
  && python3 -c 'import sys, deepspeed; sys.exit(deepspeed.__version__ != "0.19.8" and deepspeed.__version__)' \
- && python3 -c 'import sys, deepspeed.git_version_info as g; missing = [op for op in ["fused_adam"] if not g.installed_ops.get(op)]; sys.exit("not pre-built: %s" % missing if missing else 0)'
+ && python3 -c 'import sys, deepspeed.git_version_info as g; from deepspeed.ops.op_builder.all_ops import ALL_OPS; name = {b.BUILD_VAR: n for n, b in ALL_OPS.items()}; missing = [op for op in ["FUSED_ADAM"] if not g.installed_ops.get(name.get("DS_BUILD_" + op))]; sys.exit("not pre-built: %s" % missing if missing else 0)'
