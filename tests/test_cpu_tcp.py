@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from matrix.deploy.rehearse import LABEL
 from matrix.image import build, testing
 from matrix.image.plan import plan
 from matrix.model.loader import load_matrix
@@ -111,8 +112,11 @@ def test_layer_tests_of_other_stacks_are_collected(result, stack, layer, tmp_pat
 
 def test_invoke_run_three_node_allreduce_leaves_nothing(docker_client, cpu_tcp_image):
     """`invoke run --stack cpu-tcp --nodes 3 -- <allreduce>` exits 0 and cleans up after itself."""
-    before_containers = {c.id for c in docker_client.containers.list(all=True)}
-    before_networks = {n.id for n in docker_client.networks.list()}
+    # what any rehearsal made (labelled by invoke run); other containers on the engine (the
+    # other test shard's) are not this test's business
+    rehearsal = {"label": LABEL}
+    before_containers = {c.id for c in docker_client.containers.list(all=True, filters=rehearsal)}
+    before_networks = {n.id for n in docker_client.networks.list(filters=rehearsal)}
     program = ("from mpi4py import MPI; c = MPI.COMM_WORLD; "
                "print('allreduce', c.Get_size(), c.allreduce(c.Get_rank() + 1))")
     proc = subprocess.run([sys.executable, "-m", "invoke", "run", "--stack", "cpu-tcp", "--nodes",
@@ -120,5 +124,6 @@ def test_invoke_run_three_node_allreduce_leaves_nothing(docker_client, cpu_tcp_i
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert proc.stdout.count("allreduce 3 6") == 3
-    assert {c.id for c in docker_client.containers.list(all=True)} == before_containers
-    assert {n.id for n in docker_client.networks.list()} == before_networks
+    assert {c.id for c in docker_client.containers.list(all=True, filters=rehearsal)} == \
+        before_containers
+    assert {n.id for n in docker_client.networks.list(filters=rehearsal)} == before_networks
