@@ -25,11 +25,12 @@ from matrix.image.plan import Plan, plan
 
 def build(stacks_file: str, stacks: Any, all_stacks: bool, registry: str | None,
           ca_bundle: str | None, as_json: bool = False,
-          metadata_file: str | None = None) -> dict[str, Any]:
+          metadata_file: str | None = None, jobs: Any = None) -> dict[str, Any]:
     """Build the stacks; write what was built (tags, image IDs, sizes, times) as JSON metadata."""
     from matrix.image import build as builder
     from matrix.image import ca, engine
 
+    workers = parse_jobs(jobs)
     matrix = load(stacks_file)
     names = pick_stacks(matrix, stacks, all_stacks)
     result = plan(matrix, names)
@@ -38,7 +39,8 @@ def build(stacks_file: str, stacks: Any, all_stacks: bool, registry: str | None,
     client = engine.ensure()
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
-    results = builder.build(client, result, names, registry=registry, ca_bundle=bundle, console=out)
+    results = builder.build(client, result, names, registry=registry, ca_bundle=bundle, console=out,
+                            jobs=workers)
     metadata = build_metadata(result, names, results, started, time.monotonic() - clock)
     target = Path(metadata_file) if metadata_file else BUILD_METADATA
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -52,6 +54,20 @@ def build(stacks_file: str, stacks: Any, all_stacks: bool, registry: str | None,
             print(f"{name}: {result.final_ref(name)} = {result.chains[name][-1]}")
         print(f"build metadata: {shown(target)}")
     return metadata
+
+
+def parse_jobs(jobs: Any) -> int | None:
+    """``--jobs``: a whole number of layers to build at once, 1 or more (None: the default)."""
+    if jobs is None:
+        return None
+    try:
+        value = int(str(jobs))
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise UserError(f"--jobs: expected a whole number of layers to build at once (1 or "
+                        f"more), got {jobs!r}")
+    return value
 
 
 def build_metadata(result: Plan, names: list[str], results: list[Any], started: datetime,
