@@ -110,6 +110,8 @@ def main() -> None:
                         "stacks file's); its images are removed at the end")
     parser.add_argument("--jobs", type=int, default=schedule.default_jobs(),
                         help="layers at once for the parallel row (default: %(default)s here)")
+    parser.add_argument("--only", help="comma list: compare these buildable stacks only "
+                        "(default: every stack that builds here)")
     parser.add_argument("--parts", default="rebuild,gpu,all,size",
                         help="comma list of: rebuild (cold/no-change/top), gpu (cold CUDA TCP "
                              "stack, shared layers), all (shared vs monolithic), size (vs naive)")
@@ -120,6 +122,8 @@ def main() -> None:
     if args.repository:
         matrix = dataclasses.replace(matrix, repository=args.repository)
     buildable = [n for n, s in matrix.stacks.items() if buildable_here(s)]
+    if args.only:
+        buildable = [n for n in buildable if n in args.only.split(",")]
     bundle = ca.resolve(None)
     rows = []
 
