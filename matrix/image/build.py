@@ -5,9 +5,10 @@ pulled instead. Independent layers build side by side (:mod:`matrix.image.schedu
 each under a per-engine lock that keeps concurrent builds from crossing (:mod:`matrix.image.lock`).
 Each build streams through the Engine API (docker SDK, classic builder) with a status per step,
 its full log saved under ``.mnp/logs/``; a failure shows the log's tail, starts nothing more and
-ends the run with a summary and a non-zero exit. An engine that fails
-rather than answers (connection lost mid-stream, refused, a container it cannot start) ends the
-run at once with one line naming the engine, the layer and its log (:data:`engine.ENGINE_FAULTS`).
+ends the run with a summary and a non-zero exit. An engine that fails rather than answers
+(connection lost mid-stream, refused, a container it cannot start) ends the run, once the layers
+already running have stopped, with one line naming the engine, the layer and its log
+(:data:`engine.ENGINE_FAULTS`).
 """
 
 from __future__ import annotations
