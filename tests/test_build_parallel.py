@@ -113,3 +113,13 @@ def test_concurrent_builds_of_one_stack_keep_tags_true(docker_client, project):
     result, again = run_build(docker_client, project, ["one"])
     assert [s for _, s in again] == ["cached"] * 4
     assert _built_on_parent(docker_client, result, ["one"]) == []
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("0", "--jobs 0: must be at least 1"),
+    ("many", "--jobs 'many': expected a whole number"),
+])
+def test_jobs_option_is_one_line(value, expected):
+    from tests.test_cli import NO_ENGINE, USAGE, invoke, one_error_line
+
+    assert expected in one_error_line(invoke("build", "--jobs", value, env=NO_ENGINE), USAGE)

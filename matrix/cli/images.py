@@ -12,6 +12,7 @@ from matrix.cli.options import (
     BUILD_METADATA,
     console,
     emit_json,
+    integer,
     load,
     make_console,
     one_stack,
@@ -30,7 +31,7 @@ def build(stacks_file: str, stacks: Any, all_stacks: bool, registry: str | None,
     from matrix.image import build as builder
     from matrix.image import ca, engine
 
-    workers = parse_jobs(jobs)
+    workers = None if jobs is None else integer(jobs, "--jobs", minimum=1)
     matrix = load(stacks_file)
     names = pick_stacks(matrix, stacks, all_stacks)
     result = plan(matrix, names)
@@ -54,20 +55,6 @@ def build(stacks_file: str, stacks: Any, all_stacks: bool, registry: str | None,
             print(f"{name}: {result.final_ref(name)} = {result.chains[name][-1]}")
         print(f"build metadata: {shown(target)}")
     return metadata
-
-
-def parse_jobs(jobs: Any) -> int | None:
-    """``--jobs``: a whole number of layers to build at once, 1 or more (None: the default)."""
-    if jobs is None:
-        return None
-    try:
-        value = int(str(jobs))
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise UserError(f"--jobs: expected a whole number of layers to build at once (1 or "
-                        f"more), got {jobs!r}")
-    return value
 
 
 def build_metadata(result: Plan, names: list[str], results: list[Any], started: datetime,
