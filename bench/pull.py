@@ -89,14 +89,15 @@ class Bucket:
 
 
 @contextlib.contextmanager
-def relay(target: str, mbit: int) -> Iterator[str]:
-    """A loopback TCP relay to ``target`` limited to ``mbit`` Mbit/s in total (both ways)."""
-    bucket = Bucket(mbit * 1_000_000 / 8)
+def relay(target: str, mbit: int, per_connection: bool = False) -> Iterator[str]:
+    """A loopback TCP relay to ``target`` limited to ``mbit`` Mbit/s in total (both ways), or
+    to ``mbit`` per connection (a registry or object store that caps each connection)."""
+    shared = Bucket(mbit * 1_000_000 / 8)
     host, port = target.rsplit(":", 1)
     server = socket.create_server(("127.0.0.1", 0))
     stop = threading.Event()
 
-    def pipe(src: socket.socket, dst: socket.socket) -> None:
+    def pipe(src: socket.socket, dst: socket.socket, bucket: Bucket) -> None:
         with contextlib.suppress(OSError):
             while data := src.recv(CHUNK):
                 bucket.take(len(data))
@@ -114,8 +115,9 @@ def relay(target: str, mbit: int) -> Iterator[str]:
             except OSError:
                 return
             upstream = socket.create_connection((host, int(port)))
+            bucket = Bucket(shared.rate) if per_connection else shared
             for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+                threading.Thread(target=pipe, args=(a, b, bucket), daemon=True).start()
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
@@ -174,6 +176,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("images", nargs="+", help="local images to compare")
     parser.add_argument("--links", default="1000,10000", help="link rates in Mbit/s")
+    parser.add_argument("--per-connection", action="store_true",
+                        help="limit each connection to the rate instead of all together")
     args = parser.parse_args()
     if os.geteuid() != 0 or not shutil.which("docker-registry"):
         raise SystemExit("run as root, with docker-registry installed (Debian package)")
@@ -192,7 +196,8 @@ def main() -> None:
             for image in args.images:
                 engine_root = Path(tmp) / f"engine-{mbit}-{len(rows)}"
                 engine_root.mkdir()
-                with relay(reg, mbit) as via, second_engine(engine_root) as cli:
+                with relay(reg, mbit, args.per_connection) as via, \
+                        second_engine(engine_root) as cli:
                     ref = remote[image].replace(reg, via)
                     started = time.monotonic()
                     run([*cli, "pull", "-q", ref])
@@ -205,6 +210,7 @@ def main() -> None:
                 print(f"{image} at {mbit} Mbit/s: pulled in {pulled:.1f} s, first container "
                       f"at {first:.1f} s", flush=True)
                 shutil.rmtree(engine_root, ignore_errors=True)
+    print(f"\nlimit: {'per connection' if args.per_connection else 'whole link'}")
     print("\n| image | link (Mbit/s) | layers | largest (MB) | total (MB) | pull (s) | "
           "first container (s) |\n|---|---|---|---|---|---|---|")
     for image, mbit, count, largest, total, pulled, first in rows:
