@@ -78,13 +78,16 @@ BUILD_HELP = dict(HELP, registry="registry to pull unchanged layers from, e.g. a
 
 @task(help=dict(BUILD_HELP, test="run the layer tests after building (as `invoke test`)",
                 json="print the build metadata as JSON on stdout (progress goes to stderr)",
-                metadata_file="where to write the build metadata (default .mnp/build-metadata.json)"),
+                metadata_file="where to write the build metadata (default .mnp/build-metadata.json)",
+                jobs="layers to build at once, a layer starting when its parent is built "
+                     "(default: the machine's cores, 2 to 4)"),
       iterable=["stack"])
 @options.user_errors
 def build(c, stack=None, all=False, stacks=STACKS, registry=None, ca_bundle=None,  # noqa: A002
-          test=False, json=False, metadata_file=None):
+          test=False, json=False, metadata_file=None, jobs=None):
     """Build stacks' layers (only what changed) under content-addressed tags."""
-    images.build(stacks, stack, all, registry, ca_bundle, as_json=json, metadata_file=metadata_file)
+    images.build(stacks, stack, all, registry, ca_bundle, as_json=json, metadata_file=metadata_file,
+                 jobs=jobs)
     if test:
         images.test_stack(stacks, stack, all, to_stderr=json)
 

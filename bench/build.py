@@ -1,8 +1,13 @@
 """Build benchmark: cold, no-change and top-layer rebuilds of cpu-tcp; cold build of the CUDA TCP
-stack and what it shares; shared layers vs one monolithic Dockerfile per stack over every stack
-that builds here; final size vs a naive single Dockerfile.
+stack and what it shares; shared layers (one layer at a time, then independent layers in
+parallel) vs one monolithic Dockerfile per stack over every stack that builds here; final size
+vs a naive single Dockerfile.
 
-    python bench/build.py            # prints a table of figures and ratios (about 30 minutes)
+    python bench/build.py            # prints a table of figures and ratios (about 40 minutes)
+    python bench/build.py --parts all --repository mnp-bench-x   # only the parallel comparison
+
+``--repository`` builds under another repository name, so the run neither removes nor reuses
+the images other builds on this engine keep under the project's own tags.
 
 Everything runs on this machine's engine in one run, so the ratios compare like with like. The
 baselines are built with no cache (each stack in isolation, as hand-written per-combination
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import shutil
 import sys
@@ -26,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from rich.console import Console  # noqa: E402
 
-from matrix.image import build, ca, engine  # noqa: E402
+from matrix.image import build, ca, engine, schedule  # noqa: E402
 from matrix.image.plan import Layer, plan  # noqa: E402
 from matrix.model.loader import load_matrix  # noqa: E402
 from matrix.model.settings import IMAGES  # noqa: E402
@@ -58,9 +64,10 @@ def remove_chain(client, refs: list[str]) -> None:
             client.images.remove(ref)
 
 
-def timed_build(client, result, stacks, bundle, no_cache=False) -> tuple[float, list]:
+def timed_build(client, result, stacks, bundle, no_cache=False, jobs=1) -> tuple[float, list]:
     started = time.monotonic()
-    out = build.build(client, result, stacks, ca_bundle=bundle, console=QUIET, no_cache=no_cache)
+    out = build.build(client, result, stacks, ca_bundle=bundle, console=QUIET, no_cache=no_cache,
+                      jobs=jobs)
     return time.monotonic() - started, out
 
 
@@ -99,6 +106,12 @@ def build_raw(client, dockerfile: str, files: dict[str, bytes], tag: str, ca_url
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stacks", default=str(ROOT / "stacks.yaml"))
+    parser.add_argument("--repository", help="build under this repository (default: the "
+                        "stacks file's); its images are removed at the end")
+    parser.add_argument("--jobs", type=int, default=schedule.default_jobs(),
+                        help="layers at once for the parallel row (default: %(default)s here)")
+    parser.add_argument("--only", help="comma list: compare these buildable stacks only "
+                        "(default: every stack that builds here)")
     parser.add_argument("--parts", default="rebuild,gpu,all,size",
                         help="comma list of: rebuild (cold/no-change/top), gpu (cold CUDA TCP "
                              "stack, shared layers), all (shared vs monolithic), size (vs naive)")
@@ -106,7 +119,11 @@ def main() -> None:
     parts = set(args.parts.split(","))
     client = engine.ensure()
     matrix = load_matrix(Path(args.stacks))
+    if args.repository:
+        matrix = dataclasses.replace(matrix, repository=args.repository)
     buildable = [n for n, s in matrix.stacks.items() if buildable_here(s)]
+    if args.only:
+        buildable = [n for n in buildable if n in args.only.split(",")]
     bundle = ca.resolve(None)
     rows = []
 
@@ -121,13 +138,17 @@ def main() -> None:
         cuda_tcp(client, matrix, bundle, row)
     all_plan = plan(matrix, buildable)
     if "all" in parts:
-        shared_vs_monolithic(client, all_plan, buildable, bundle, row)
+        shared_vs_monolithic(client, all_plan, buildable, bundle, row, args.jobs)
     if "size" in parts:
         rows.append(size_vs_naive(client, all_plan, bundle))
 
     print("\n| measurement | seconds (or MB) | ratio to baseline | note |\n|---|---|---|---|")
     for name, value, ratio, note in rows:
         print(f"| {name} | {value} | {ratio} | {note} |")
+    if args.repository:
+        from tests.build_project import remove_repository
+
+        remove_repository(client, args.repository)
 
 
 def buildable_here(stack) -> bool:
@@ -177,20 +198,26 @@ def rebuilds(client, matrix, bundle, row) -> None:
         remove_chain(client, [changed.chains["cpu-tcp"][-1], changed.chains["cpu-tcp"][-2]])
 
 
-def shared_vs_monolithic(client, all_plan, buildable, bundle, row) -> None:
-    """--all (shared layers, built once) vs one monolithic Dockerfile per stack, in isolation."""
+def shared_vs_monolithic(client, all_plan, buildable, bundle, row, jobs: int) -> None:
+    """--all (shared layers, built once) one layer at a time and ``jobs`` at once, vs one
+    monolithic Dockerfile per stack built in isolation; all three cold, in one run."""
     refs = [layer.ref for layer in all_plan.order(buildable)]
     remove_chain(client, refs)
-    shared, _ = timed_build(client, all_plan, buildable, bundle, no_cache=True)
+    sequential, _ = timed_build(client, all_plan, buildable, bundle, no_cache=True, jobs=1)
+    remove_chain(client, refs)
+    parallel, _ = timed_build(client, all_plan, buildable, bundle, no_cache=True, jobs=jobs)
     with ca.serve(bundle) as ca_url:
         mono = 0.0
         for stack in buildable:
             dockerfile, files = monolithic(all_plan.chain(stack)[:-1])
             mono += build_raw(client, dockerfile, files, f"mnp-bench-mono:{stack}", ca_url)
         row(f"monolithic, each stack alone ({', '.join(buildable)})", mono)
-        row(f"invoke build --all ({len(buildable)} stacks, shared layers)", shared, mono,
-            f"{len(all_plan.order(buildable))} layers for "
-            f"{sum(len(c) for c in all_plan.chains.values())} stack layers")
+        note = (f"{len(all_plan.order(buildable))} layers for "
+                f"{sum(len(c) for c in all_plan.chains.values())} stack layers")
+        row(f"invoke build --all --jobs 1 ({len(buildable)} stacks, shared layers)", sequential,
+            mono, note)
+        row(f"invoke build --all --jobs {jobs} (independent layers in parallel)", parallel, mono,
+            f"{note}; {parallel / sequential:.3f} of --jobs 1")
     for stack in buildable:
         remove_chain(client, [f"mnp-bench-mono:{stack}"])
 

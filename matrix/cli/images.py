@@ -12,6 +12,7 @@ from matrix.cli.options import (
     BUILD_METADATA,
     console,
     emit_json,
+    integer,
     load,
     make_console,
     one_stack,
@@ -25,11 +26,12 @@ from matrix.image.plan import Plan, plan
 
 def build(stacks_file: str, stacks: Any, all_stacks: bool, registry: str | None,
           ca_bundle: str | None, as_json: bool = False,
-          metadata_file: str | None = None) -> dict[str, Any]:
+          metadata_file: str | None = None, jobs: Any = None) -> dict[str, Any]:
     """Build the stacks; write what was built (tags, image IDs, sizes, times) as JSON metadata."""
     from matrix.image import build as builder
     from matrix.image import ca, engine
 
+    workers = None if jobs is None else integer(jobs, "--jobs", minimum=1)
     matrix = load(stacks_file)
     names = pick_stacks(matrix, stacks, all_stacks)
     result = plan(matrix, names)
@@ -38,7 +40,8 @@ def build(stacks_file: str, stacks: Any, all_stacks: bool, registry: str | None,
     client = engine.ensure()
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
-    results = builder.build(client, result, names, registry=registry, ca_bundle=bundle, console=out)
+    results = builder.build(client, result, names, registry=registry, ca_bundle=bundle, console=out,
+                            jobs=workers)
     metadata = build_metadata(result, names, results, started, time.monotonic() - clock)
     target = Path(metadata_file) if metadata_file else BUILD_METADATA
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,11 +1,14 @@
-"""Build a plan's layers on a Docker engine, in dependency order, under content-addressed tags.
+"""Build a plan's layers on a Docker engine, parents first, under content-addressed tags.
 
 A layer whose tag already exists locally is not rebuilt; one found in the configured registry is
-pulled instead. Each build streams through the Engine API (docker SDK, classic builder) with a
-status per step, its full log saved under ``.mnp/logs/``; a failure shows the log's tail, skips
-the layers above it and ends the run with a summary and a non-zero exit. An engine that fails
-rather than answers (connection lost mid-stream, refused, a container it cannot start) ends the
-run at once with one line naming the engine, the layer and its log (:data:`engine.ENGINE_FAULTS`).
+pulled instead. Independent layers build side by side (:mod:`matrix.image.schedule`, ``--jobs``),
+each under a per-engine lock that keeps concurrent builds from crossing (:mod:`matrix.image.lock`).
+Each build streams through the Engine API (docker SDK, classic builder) with a status per step,
+its full log saved under ``.mnp/logs/``; a failure shows the log's tail, starts nothing more and
+ends the run with a summary and a non-zero exit. An engine that fails rather than answers
+(connection lost mid-stream, refused, a container it cannot start) ends the run, once the layers
+already running have stopped, with one line naming the engine, the layer and its log
+(:data:`engine.ENGINE_FAULTS`).
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ from rich.console import Console
 from rich.table import Table
 
 from matrix.errors import UserError
-from matrix.image import bootstrap, ca, engine
+from matrix.image import bootstrap, budget, ca, engine, lock, proxy, schedule
 from matrix.image.plan import LABEL_PREFIX, Layer, Plan
+from matrix.image.progress import LayerResult, Reporter, mb
 from matrix.model.settings import ROOT
 
 STATE = ROOT / ".mnp"
@@ -34,60 +38,14 @@ STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
 TAIL_LINES = 25
 
 
-@dataclass
-class LayerResult:
-    layer: Layer
-    status: str  # built, cached, pulled, failed, skipped
-    seconds: float = 0.0
-    size: int = 0
-    added: int = 0
-    image_id: str = ""
-    log: Path | None = None
-
-
-class Reporter:
-    """Per-layer status lines; a live spinner on a terminal, plain lines in CI logs."""
-
-    def __init__(self, console: Console) -> None:
-        self.console = console
-        self.live = console.is_terminal
-        self._status = None
-
-    def start(self, index: int, total: int, layer: Layer) -> None:
-        self.prefix = f"[{index}/{total}] {layer.name}"
-        if self.live:
-            self._status = self.console.status(f"{self.prefix}: starting")
-            self._status.start()
-        else:
-            self.console.print(f"{self.prefix}: building {layer.tag}")
-
-    def step(self, step: int, steps: int, text: str) -> None:
-        message = f"{self.prefix}: step {step}/{steps} {text[:90]}"
-        if self._status is not None:
-            self._status.update(message)
-        else:
-            self.console.print(f"  step {step}/{steps} {text[:110]}")
-
-    def stop(self) -> None:
-        if self._status is not None:  # a spinner from start(); cached layers never start one
-            self._status.stop()
-            self._status = None
-
-    def done(self, result: LayerResult, index: int, total: int) -> None:
-        self.stop()
-        detail = {"cached": "cached (tag exists)", "pulled": "pulled from registry",
-                  "built": f"done in {result.seconds:.0f} s",
-                  "failed": f"FAILED after {result.seconds:.0f} s",
-                  "skipped": "skipped (a parent failed)"}[result.status]
-        size = f", {_mb(result.size)} MB (+{_mb(result.added)})" if result.size else ""
-        self.console.print(f"[{index}/{total}] {result.layer.name}: {detail}{size}")
-
-
 def build(client: docker.DockerClient, plan: Plan, stacks: list[str], *,
           registry: str | None = None, ca_bundle: Path | None = None,
           console: Console | None = None, state: Path = STATE,
-          no_cache: bool = False) -> list[LayerResult]:
-    """Build what the stacks need; returns one result per layer (raises after a failure)."""
+          no_cache: bool = False, jobs: int | None = None) -> list[LayerResult]:
+    """Build what the stacks need, up to ``jobs`` layers at once; one result per layer.
+
+    Raises :class:`UserError` after a failure (once the layers already running are done).
+    """
     console = console or Console(highlight=False)
     bases = {base.name: base for base in (plan.matrix.stack(s).base for s in stacks)}
     for base in bases.values():
@@ -97,22 +55,20 @@ def build(client: docker.DockerClient, plan: Plan, stacks: list[str], *,
             raise engine.fault(client, exc, f"checking base image {base.image}") from None
         console.print(f"base {base.image}: {how}")
     layers = plan.order(stacks)
-    reporter = Reporter(console)
-    results: dict[str, LayerResult] = {}
+    reporter = Reporter(console, layers)
+    key = lock.engine_key(client)
     with ca.serve(ca_bundle) as ca_url:
-        for index, layer in enumerate(layers, start=1):
-            try:
-                result = _layer(client, layer, results, index, len(layers), registry, ca_url,
-                                reporter, state, no_cache)
-            except engine.ENGINE_FAULTS as exc:
-                raise engine.fault(client, exc, f"building layer {layer.name} ({layer.ref})",
-                                   f"log: {log_path(state, layer)}") from None
-            finally:
-                reporter.stop()
-            results[layer.ref] = result
-            reporter.done(result, index, len(layers))
+        job = _Job(client, registry, ca_url, proxy.build_args(), reporter, state, no_cache, key)
+
+        def done(result: LayerResult) -> None:
+            reporter.done(result)
             if result.status == "failed" and result.log:
-                _show_tail(console, result.log)
+                _show_tail(reporter, result.log)
+
+        try:
+            results = schedule.run(layers, job.layer, jobs or schedule.default_jobs(), done)
+        finally:
+            reporter.stop()
     ordered = [results[layer.ref] for layer in layers]
     summary(console, ordered)
     failed = [r for r in ordered if r.status == "failed"]
@@ -126,25 +82,47 @@ def build(client: docker.DockerClient, plan: Plan, stacks: list[str], *,
         except engine.ENGINE_FAULTS as exc:
             raise engine.fault(client, exc, f"tagging {plan.final_ref(stack)}") from None
         _check_budget(plan, stack, results[final.ref])
+    try:
+        budget.check(client, plan, stacks)
+    except engine.ENGINE_FAULTS as exc:
+        raise engine.fault(client, exc, "reading the layers' history") from None
     return ordered
 
 
-def _layer(client: docker.DockerClient, layer: Layer, results: dict[str, LayerResult], index: int,
-           total: int, registry: str | None, ca_url: str, reporter: Reporter, state: Path,
-           no_cache: bool) -> LayerResult:
-    """Skip, reuse, pull or build one layer (engine faults propagate to :func:`build`)."""
-    parent = results.get(layer.parent)
-    if parent is not None and parent.status in ("failed", "skipped"):
-        result = LayerResult(layer, "skipped")
-    elif _trusted(client, layer, reporter.console):
-        result = LayerResult(layer, "cached")
-    elif registry and _pull(client, layer, registry):
-        result = LayerResult(layer, "pulled")
-    else:
-        reporter.start(index, total, layer)
-        result = _one(client, layer, ca_url, reporter, state, no_cache)
-    _measure(client, result, parent)
-    return result
+@dataclass
+class _Job:
+    """What every layer's build needs; :meth:`layer` runs on a scheduler worker thread."""
+
+    client: docker.DockerClient
+    registry: str | None
+    ca_url: str
+    proxies: dict[str, str]
+    reporter: Reporter
+    state: Path
+    no_cache: bool
+    engine_key: str
+
+    def layer(self, layer: Layer, parent: LayerResult | None) -> LayerResult:
+        """Reuse, pull or build one layer under its lock; engine faults become one line."""
+        try:
+            with lock.layer(self.engine_key, layer.ref, layer.parent, on_wait=lambda: self.reporter.say(
+                    f"{self.reporter.prefix(layer)}: waiting for another build of it (or of its "
+                    "parent) on this engine")):
+                return self._unlocked(layer, parent)
+        except engine.ENGINE_FAULTS as exc:
+            raise engine.fault(self.client, exc, f"building layer {layer.name} ({layer.ref})",
+                               f"log: {log_path(self.state, layer)}") from None
+
+    def _unlocked(self, layer: Layer, parent: LayerResult | None) -> LayerResult:
+        if _trusted(self.client, layer, self.reporter):
+            result = LayerResult(layer, "cached")
+        elif self.registry and _pull(self.client, layer, self.registry):
+            result = LayerResult(layer, "pulled")
+        else:
+            self.reporter.start(layer)
+            result = _one(self, layer)
+        _measure(self.client, result, parent)
+        return result
 
 
 def log_path(state: Path, layer: Layer) -> Path:
@@ -152,9 +130,8 @@ def log_path(state: Path, layer: Layer) -> Path:
     return state / "logs" / f"{layer.tag}.log"
 
 
-def _one(client: docker.DockerClient, layer: Layer, ca_url: str, reporter: Reporter,
-         state: Path, no_cache: bool) -> LayerResult:
-    log = log_path(state, layer)
+def _one(job: _Job, layer: Layer) -> LayerResult:
+    log = log_path(job.state, layer)
     try:
         log.parent.mkdir(parents=True, exist_ok=True)
         log.open("w", encoding="utf-8").close()
@@ -162,28 +139,28 @@ def _one(client: docker.DockerClient, layer: Layer, ca_url: str, reporter: Repor
         raise UserError(f"layer {layer.name}: cannot write its build log {log}: "
                         f"{exc.strerror or exc} (move away what is there)") from None
     started = time.monotonic()
-    ok = _stream_build(client, layer, ca_url, reporter, log, no_cache)
+    ok = _stream_build(job, layer, log)
     return LayerResult(layer, "built" if ok else "failed", time.monotonic() - started, log=log)
 
 
-def _stream_build(client: docker.DockerClient, layer: Layer, ca_url: str, reporter: Reporter,
-                  log_path: Path, no_cache: bool = False) -> bool:
-    args = dict(layer.build_args)
-    if ca_url:
-        args["MNP_CA_URL"] = ca_url
+def _stream_build(job: _Job, layer: Layer, log_path: Path) -> bool:
+    # Proxies first: a layer's own build arguments win over a same-named proxy variable.
+    args = {**job.proxies, **layer.build_args}
+    if job.ca_url:
+        args["MNP_CA_URL"] = job.ca_url
     with log_path.open("w", encoding="utf-8") as log:
         log.write(f"# {layer.ref}\n# FROM {layer.parent}\n")
         try:
-            for chunk in client.api.build(fileobj=context_tar(layer), custom_context=True,
-                                          tag=layer.ref, rm=True, forcerm=True, pull=False,
-                                          network_mode="host", buildargs=args, decode=True,
-                                          nocache=no_cache):
+            for chunk in job.client.api.build(fileobj=context_tar(layer), custom_context=True,
+                                              tag=layer.ref, rm=True, forcerm=True, pull=False,
+                                              network_mode="host", buildargs=args, decode=True,
+                                              nocache=job.no_cache):
                 if "stream" in chunk:
                     text = chunk["stream"]
                     log.write(text)
                     match = STEP.match(text.strip())
                     if match:
-                        reporter.step(int(match[1]), int(match[2]), match[3])
+                        job.reporter.step(layer, int(match[1]), int(match[2]), match[3])
                 elif "error" in chunk:
                     log.write(f"\nERROR: {chunk['error']}\n")
                     return False
@@ -193,7 +170,7 @@ def _stream_build(client: docker.DockerClient, layer: Layer, ca_url: str, report
         except engine.ENGINE_FAULTS as exc:
             log.write(f"\nERROR: the engine failed mid-build: {type(exc).__name__}: {exc}\n")
             raise
-    return _exists(client, layer.ref)
+    return _exists(job.client, layer.ref)
 
 
 def context_tar(layer: Layer) -> io.BytesIO:
@@ -221,7 +198,7 @@ def _exists(client: docker.DockerClient, ref: str) -> bool:
         return False
 
 
-def _trusted(client: docker.DockerClient, layer: Layer, console: Console) -> bool:
+def _trusted(client: docker.DockerClient, layer: Layer, reporter: Reporter) -> bool:
     """Whether the image under the layer's content tag may stand for the layer.
 
     A tag can be re-pointed by hand, a script or another tool; the tag alone proves nothing.
@@ -235,8 +212,7 @@ def _trusted(client: docker.DockerClient, layer: Layer, console: Console) -> boo
         return False
     why = _mismatch(client, layer, image)
     if why:
-        console.print(f"{layer.name}: the image tagged {layer.ref} {why}; rebuilding it",
-                      markup=False)
+        reporter.say(f"{layer.name}: the image tagged {layer.ref} {why}; rebuilding it")
     return not why
 
 
@@ -306,12 +282,9 @@ def _measure(client: docker.DockerClient, result: LayerResult,
             result.added = result.size
 
 
-def _show_tail(console: Console, log: Path) -> None:
+def _show_tail(reporter: Reporter, log: Path) -> None:
     lines = log.read_text(encoding="utf-8", errors="replace").splitlines()[-TAIL_LINES:]
-    console.print(f"--- last {len(lines)} lines of {log} ---", markup=False)
-    for line in lines:
-        console.print(line, markup=False, highlight=False)
-    console.print("---", markup=False)
+    reporter.say("\n".join([f"--- last {len(lines)} lines of {log} ---", *lines, "---"]))
 
 
 def summary(console: Console, results: list[LayerResult]) -> None:
@@ -321,8 +294,8 @@ def summary(console: Console, results: list[LayerResult]) -> None:
     for r in results:
         table.add_row(r.layer.name, r.layer.tag, r.status,
                       f"{r.seconds:.0f} s" if r.status in ("built", "failed") else "-",
-                      f"{_mb(r.size)} MB" if r.size else "-",
-                      f"{_mb(r.added)} MB" if r.size else "-")
+                      f"{mb(r.size)} MB" if r.size else "-",
+                      f"{mb(r.added)} MB" if r.size else "-")
     console.print(table)
     built = sum(r.status == "built" for r in results)
     console.print(f"{built} layer(s) built, {sum(r.status == 'cached' for r in results)} cached, "
@@ -333,9 +306,7 @@ def _check_budget(plan: Plan, stack: str, final: LayerResult) -> None:
     budget = plan.matrix.stack(stack).size_budget_mb
     if budget and final.size > budget * 1_000_000:
         raise UserError(f"{plan.matrix.stack(stack).where}: stack {stack}: image is "
-                        f"{_mb(final.size)} MB, over its size_budget_mb of {budget}")
+                        f"{mb(final.size)} MB, over its size_budget_mb of {budget}")
 
 
-def _mb(size: int) -> int:
-    return round(size / 1_000_000)
 

@@ -124,6 +124,13 @@ class Stack:
     where: str
     ci_runner: str | None = None
     size_budget_mb: int | None = None
+    # Most MB one filesystem layer may add: ("default", n) and (component, n) pairs.
+    layer_budget_mb: tuple[tuple[str, int], ...] = ()
+
+    def layer_budget(self, component: str) -> int | None:
+        """The most MB one filesystem layer of ``component``'s image may add (None: no budget)."""
+        budgets = dict(self.layer_budget_mb)
+        return budgets.get(component, budgets.get("default"))
 
     def versions(self) -> dict[str, str]:
         """Every component version in the stack, including what the base and layers provide."""

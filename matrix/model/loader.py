@@ -120,4 +120,12 @@ def _stack(name: str, spec: dict[str, Any], bases: dict[str, Base],
         layers=tuple(layers), instances=tuple(spec["instances"]), fabric=spec["fabric"],
         where=located.where(here), ci_runner=(spec.get("ci") or {}).get("runner"),
         size_budget_mb=spec.get("size_budget_mb"),
+        layer_budget_mb=_layer_budget(spec.get("layer_budget_mb")),
     )
+
+
+def _layer_budget(value: int | dict[str, int] | None) -> tuple[tuple[str, int], ...]:
+    """``layer_budget_mb`` as pairs (an integer is the default for every layer)."""
+    if value is None:
+        return ()
+    return tuple(sorted(value.items())) if isinstance(value, dict) else (("default", value),)

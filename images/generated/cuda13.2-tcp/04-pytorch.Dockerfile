@@ -12,36 +12,108 @@ RUN set -e; \
       export PIP_CERT=/tmp/mnp-ca.pem SSL_CERT_FILE=/tmp/mnp-ca.pem CURL_CA_BUNDLE=/tmp/mnp-ca.pem REQUESTS_CA_BUNDLE=/tmp/mnp-ca.pem; \
     fi; \
     printf '%s\n' \
+      'nvidia-cudnn-cu13==9.26.0.51 --hash=sha256:9c976d539786698c71d6bcdbe2053b7485fae062ff7e1215d2f2ff67b1a2149a' \
+      > /tmp/requirements.txt \
+ && python3 -m pip install --no-cache-dir --no-deps --require-hashes --break-system-packages -r /tmp/requirements.txt \
+ && rm -f /tmp/requirements.txt; \
+    rm -f /tmp/mnp-ca.pem
+RUN set -e; \
+    if [ -n "${MNP_CA_URL:-}" ]; then \
+      hostport="${MNP_CA_URL#http://}"; hostport="${hostport%%/*}"; \
+      exec 3<>"/dev/tcp/${hostport%:*}/${hostport#*:}"; \
+      printf 'GET /ca.pem HTTP/1.0\r\n\r\n' >&3; sed '1,/^\r$/d' <&3 > /tmp/mnp-ca.pem; exec 3>&-; \
+      export PIP_CERT=/tmp/mnp-ca.pem SSL_CERT_FILE=/tmp/mnp-ca.pem CURL_CA_BUNDLE=/tmp/mnp-ca.pem REQUESTS_CA_BUNDLE=/tmp/mnp-ca.pem; \
+    fi; \
+    printf '%s\n' \
+      'nvidia-cublas==13.4.1.3 --hash=sha256:a5917cb642cfb07f4a0231ee16aec7e2e0357d8cb8b1b78a0c9c68dba3e6afc7' \
+      'nvidia-cuda-nvrtc==13.2.86 --hash=sha256:8111c5130e967b78222ea2124145f8efe9ce201b752b2579a2513100a53be1c5' \
+      'nvidia-nvjitlink==13.5.37 --hash=sha256:280d7cb9649704145f074b8dbde500de04ce02d0872e066e20a83c17bcaa93eb' \
+      > /tmp/requirements.txt \
+ && python3 -m pip install --no-cache-dir --no-deps --require-hashes --break-system-packages -r /tmp/requirements.txt \
+ && rm -f /tmp/requirements.txt; \
+    rm -f /tmp/mnp-ca.pem
+RUN set -e; \
+    if [ -n "${MNP_CA_URL:-}" ]; then \
+      hostport="${MNP_CA_URL#http://}"; hostport="${hostport%%/*}"; \
+      exec 3<>"/dev/tcp/${hostport%:*}/${hostport#*:}"; \
+      printf 'GET /ca.pem HTTP/1.0\r\n\r\n' >&3; sed '1,/^\r$/d' <&3 > /tmp/mnp-ca.pem; exec 3>&-; \
+      export PIP_CERT=/tmp/mnp-ca.pem SSL_CERT_FILE=/tmp/mnp-ca.pem CURL_CA_BUNDLE=/tmp/mnp-ca.pem REQUESTS_CA_BUNDLE=/tmp/mnp-ca.pem; \
+    fi; \
+    printf '%s\n' \
+      'nvidia-nccl-cu13==2.30.7 --hash=sha256:cefa7fdb9710efd0f39c5f1be1d61ff6fc9a996c451265bd7fbdcf9455ed4b50' \
+      'nvidia-nvshmem-cu13==3.7.2 --hash=sha256:b9a4f843c62b5dded8ad33fd6d220e007dcd39f06cee549292f5ba14ce4c235c' \
+      'nvidia-cufile==1.17.1.22 --hash=sha256:87feaf8c3ad20d3d03a01933181801ff6892bace5c8f0b1e4b48f319d3e62d36' \
+      'nvidia-cuda-cupti==13.2.86 --hash=sha256:8fa29f15dd8336181f961764d9d95236fc6b931dd0c8fcf8cd70aab0c310b586' \
+      'nvidia-nvtx==13.2.86 --hash=sha256:968ce72baee2a01791c7d3254000eac81f24677b0b91c62d21b449a1f309c245' \
+      > /tmp/requirements.txt \
+ && python3 -m pip install --no-cache-dir --no-deps --require-hashes --break-system-packages -r /tmp/requirements.txt \
+ && rm -f /tmp/requirements.txt; \
+    rm -f /tmp/mnp-ca.pem
+RUN set -e; \
+    if [ -n "${MNP_CA_URL:-}" ]; then \
+      hostport="${MNP_CA_URL#http://}"; hostport="${hostport%%/*}"; \
+      exec 3<>"/dev/tcp/${hostport%:*}/${hostport#*:}"; \
+      printf 'GET /ca.pem HTTP/1.0\r\n\r\n' >&3; sed '1,/^\r$/d' <&3 > /tmp/mnp-ca.pem; exec 3>&-; \
+      export PIP_CERT=/tmp/mnp-ca.pem SSL_CERT_FILE=/tmp/mnp-ca.pem CURL_CA_BUNDLE=/tmp/mnp-ca.pem REQUESTS_CA_BUNDLE=/tmp/mnp-ca.pem; \
+    fi; \
+    printf '%s\n' \
+      'nvidia-cusparselt-cu13==0.8.1 --hash=sha256:786ce87568c303fadb5afcc7102d454cd3040d75f6f8626f5db460d1871f4dd0' \
+      'nvidia-cufft==12.2.0.57 --hash=sha256:34da27fadf3979b0b042c43823f0530be8408b86df31ee0108e1ca0b621d4ef6' \
+      > /tmp/requirements.txt \
+ && python3 -m pip install --no-cache-dir --no-deps --require-hashes --break-system-packages -r /tmp/requirements.txt \
+ && rm -f /tmp/requirements.txt; \
+    rm -f /tmp/mnp-ca.pem
+RUN set -e; \
+    if [ -n "${MNP_CA_URL:-}" ]; then \
+      hostport="${MNP_CA_URL#http://}"; hostport="${hostport%%/*}"; \
+      exec 3<>"/dev/tcp/${hostport%:*}/${hostport#*:}"; \
+      printf 'GET /ca.pem HTTP/1.0\r\n\r\n' >&3; sed '1,/^\r$/d' <&3 > /tmp/mnp-ca.pem; exec 3>&-; \
+      export PIP_CERT=/tmp/mnp-ca.pem SSL_CERT_FILE=/tmp/mnp-ca.pem CURL_CA_BUNDLE=/tmp/mnp-ca.pem REQUESTS_CA_BUNDLE=/tmp/mnp-ca.pem; \
+    fi; \
+    printf '%s\n' \
+      'nvidia-cusolver==12.2.0.11 --hash=sha256:fab5778f6769947389a1a6abc07e635576825a08c0ffc68c3ae7f1392c794b42' \
+      'nvidia-cusparse==12.7.10.12 --hash=sha256:25907c75e4db1581685f06f61cc6cdecc04611765516a52373e0a18ebd69fa00' \
+      > /tmp/requirements.txt \
+ && python3 -m pip install --no-cache-dir --no-deps --require-hashes --break-system-packages -r /tmp/requirements.txt \
+ && rm -f /tmp/requirements.txt; \
+    rm -f /tmp/mnp-ca.pem
+RUN set -e; \
+    if [ -n "${MNP_CA_URL:-}" ]; then \
+      hostport="${MNP_CA_URL#http://}"; hostport="${hostport%%/*}"; \
+      exec 3<>"/dev/tcp/${hostport%:*}/${hostport#*:}"; \
+      printf 'GET /ca.pem HTTP/1.0\r\n\r\n' >&3; sed '1,/^\r$/d' <&3 > /tmp/mnp-ca.pem; exec 3>&-; \
+      export PIP_CERT=/tmp/mnp-ca.pem SSL_CERT_FILE=/tmp/mnp-ca.pem CURL_CA_BUNDLE=/tmp/mnp-ca.pem REQUESTS_CA_BUNDLE=/tmp/mnp-ca.pem; \
+    fi; \
+    printf '%s\n' \
+      'triton==3.9.0 --hash=sha256:1622118a038b0c6e16fa4a0305da62c8b3c15904ee1cc4d4e65846a25969e41e' \
+      'cuda-bindings==13.5.0 --hash=sha256:08b7e8d674c3266facb00453a7e34ea7d3ea965c2f594bb728f269f45f39fbe2' \
+      'cuda-pathfinder==1.9.0 --hash=sha256:622df7440f7702f36b7a02a1699aa0b084fe04034d9939188fee9b16d0c36366' \
+      'numpy==2.4.6 --hash=sha256:89cd468399cfd2504718f0ba50e410dca55a170b61a02ad92bb18c8a65186e93' \
+      'sympy==1.14.0 --hash=sha256:e091cc3e99d2141a0ba2847328f5479b05d94a6635cb96148ccb3f34671bd8f5' \
+      'mpmath==1.3.0 --hash=sha256:a0b2b9fe80bbcd81a6647ff13108738cfb482d481d826cc0e02f5b35e5c88d2c' \
+      'networkx==3.6.1 --hash=sha256:d47fbf302e7d9cbbb9e2555a0d267983d2aa476bac30e90dfbe5669bd57f3762' \
+      'jinja2==3.1.6 --hash=sha256:85ece4451f492d0c13c5dd7c13a64681a86afae63a5f347908daf103ce6d2f67' \
+      'markupsafe==3.0.4 --hash=sha256:6da83a088f8ef93b2d483a8232a4dbf4d69d3d8496b568a03c56becac43e1808' \
+      'filelock==4.2.11 --hash=sha256:020e229e4bb9d410fc799c07ddf45fa217cba970278f40b30751d94f309b69e2' \
+      'fsspec==2026.9.0 --hash=sha256:8dd6e646e99ea382bd85f97a45e6b526a442d79423a7dc673f1e2756d05fcb5f' \
+      'typing-extensions==4.16.0 --hash=sha256:481caa481374e813c1b176ada14e97f1f67a4539ce9cfeb3f350d78d6370c2e8' \
+      'setuptools==84.2.1 --hash=sha256:ca140b45d5325a9478f880e351484f62fef15f336462e449ca0c03c873d589c2' \
+      > /tmp/requirements.txt \
+ && python3 -m pip install --no-cache-dir --no-deps --require-hashes --break-system-packages -r /tmp/requirements.txt \
+ && rm -f /tmp/requirements.txt; \
+    rm -f /tmp/mnp-ca.pem
+RUN set -e; \
+    if [ -n "${MNP_CA_URL:-}" ]; then \
+      hostport="${MNP_CA_URL#http://}"; hostport="${hostport%%/*}"; \
+      exec 3<>"/dev/tcp/${hostport%:*}/${hostport#*:}"; \
+      printf 'GET /ca.pem HTTP/1.0\r\n\r\n' >&3; sed '1,/^\r$/d' <&3 > /tmp/mnp-ca.pem; exec 3>&-; \
+      export PIP_CERT=/tmp/mnp-ca.pem SSL_CERT_FILE=/tmp/mnp-ca.pem CURL_CA_BUNDLE=/tmp/mnp-ca.pem REQUESTS_CA_BUNDLE=/tmp/mnp-ca.pem; \
+    fi; \
+    printf '%s\n' \
       'torch==2.15.0 --hash=sha256:48c2d861134c0b5697c7602cb5ffa68f62a2989fdcd1717e593356f67996ca1e' \
       'nvidia-cuda-cccl==13.2.86 --hash=sha256:35da671cf0cecd3539da214a11bb8e7634366c9e950da9c5feecf6c490a65b20' \
       'nvidia-cuda-runtime==13.2.86 --hash=sha256:3498247680dfddce31bad102af7e3e26fc795342a3cac64722bb0fa95e7f60f0' \
-      'nvidia-cudnn-cu13==9.26.0.51 --hash=sha256:9c976d539786698c71d6bcdbe2053b7485fae062ff7e1215d2f2ff67b1a2149a' \
-      'nvidia-cusparselt-cu13==0.8.1 --hash=sha256:786ce87568c303fadb5afcc7102d454cd3040d75f6f8626f5db460d1871f4dd0' \
-      'nvidia-nccl-cu13==2.30.7 --hash=sha256:cefa7fdb9710efd0f39c5f1be1d61ff6fc9a996c451265bd7fbdcf9455ed4b50' \
-      'nvidia-nvshmem-cu13==3.7.2 --hash=sha256:b9a4f843c62b5dded8ad33fd6d220e007dcd39f06cee549292f5ba14ce4c235c' \
-      'nvidia-cublas==13.4.1.3 --hash=sha256:a5917cb642cfb07f4a0231ee16aec7e2e0357d8cb8b1b78a0c9c68dba3e6afc7' \
-      'nvidia-cuda-cupti==13.2.86 --hash=sha256:8fa29f15dd8336181f961764d9d95236fc6b931dd0c8fcf8cd70aab0c310b586' \
-      'nvidia-cuda-nvrtc==13.2.86 --hash=sha256:8111c5130e967b78222ea2124145f8efe9ce201b752b2579a2513100a53be1c5' \
-      'nvidia-cufft==12.2.0.57 --hash=sha256:34da27fadf3979b0b042c43823f0530be8408b86df31ee0108e1ca0b621d4ef6' \
-      'nvidia-cufile==1.17.1.22 --hash=sha256:87feaf8c3ad20d3d03a01933181801ff6892bace5c8f0b1e4b48f319d3e62d36' \
-      'nvidia-cusolver==12.2.0.11 --hash=sha256:fab5778f6769947389a1a6abc07e635576825a08c0ffc68c3ae7f1392c794b42' \
-      'nvidia-cusparse==12.7.10.12 --hash=sha256:25907c75e4db1581685f06f61cc6cdecc04611765516a52373e0a18ebd69fa00' \
-      'nvidia-nvtx==13.2.86 --hash=sha256:968ce72baee2a01791c7d3254000eac81f24677b0b91c62d21b449a1f309c245' \
-      'cuda-bindings==13.5.0 --hash=sha256:08b7e8d674c3266facb00453a7e34ea7d3ea965c2f594bb728f269f45f39fbe2' \
-      'fsspec==2026.9.0 --hash=sha256:8dd6e646e99ea382bd85f97a45e6b526a442d79423a7dc673f1e2756d05fcb5f' \
-      'networkx==3.6.1 --hash=sha256:d47fbf302e7d9cbbb9e2555a0d267983d2aa476bac30e90dfbe5669bd57f3762' \
-      'setuptools==84.2.1 --hash=sha256:ca140b45d5325a9478f880e351484f62fef15f336462e449ca0c03c873d589c2' \
-      'sympy==1.14.0 --hash=sha256:e091cc3e99d2141a0ba2847328f5479b05d94a6635cb96148ccb3f34671bd8f5' \
-      'triton==3.9.0 --hash=sha256:1622118a038b0c6e16fa4a0305da62c8b3c15904ee1cc4d4e65846a25969e41e' \
-      'typing-extensions==4.16.0 --hash=sha256:481caa481374e813c1b176ada14e97f1f67a4539ce9cfeb3f350d78d6370c2e8' \
       'cuda-toolkit==13.2.2 --hash=sha256:d12edc1aad1356236a2ee10c0d794b1aff5d3e79bfeca54867c3bb8e5afd87b0' \
-      'filelock==4.2.11 --hash=sha256:020e229e4bb9d410fc799c07ddf45fa217cba970278f40b30751d94f309b69e2' \
-      'jinja2==3.1.6 --hash=sha256:85ece4451f492d0c13c5dd7c13a64681a86afae63a5f347908daf103ce6d2f67' \
-      'numpy==2.4.6 --hash=sha256:89cd468399cfd2504718f0ba50e410dca55a170b61a02ad92bb18c8a65186e93' \
-      'cuda-pathfinder==1.9.0 --hash=sha256:622df7440f7702f36b7a02a1699aa0b084fe04034d9939188fee9b16d0c36366' \
-      'markupsafe==3.0.4 --hash=sha256:6da83a088f8ef93b2d483a8232a4dbf4d69d3d8496b568a03c56becac43e1808' \
-      'mpmath==1.3.0 --hash=sha256:a0b2b9fe80bbcd81a6647ff13108738cfb482d481d826cc0e02f5b35e5c88d2c' \
-      'nvidia-nvjitlink==13.5.37 --hash=sha256:280d7cb9649704145f074b8dbde500de04ce02d0872e066e20a83c17bcaa93eb' \
       > /tmp/requirements.txt \
  && python3 -m pip install --no-cache-dir --no-deps --require-hashes --break-system-packages -r /tmp/requirements.txt \
  && rm -f /tmp/requirements.txt; \

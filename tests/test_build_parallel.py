@@ -1,0 +1,125 @@
+"""Parallel layer builds and concurrent builds of one stack, on the real engine with small
+throwaway stacks (tests/build_project.py): stacks `one` and `two` share alpha and beta, then
+branch into gamma and delta."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from pathlib import Path
+
+import pytest
+
+from matrix.errors import UserError
+from matrix.image import schedule
+from tests.build_project import project_files, run_build
+
+pytestmark = pytest.mark.docker
+project_fixture = pytest.fixture(name="project")(project_files)
+
+SLOW = "RUN sleep 4\n"
+
+
+def _built_on_parent(client, result, names) -> list[str]:
+    """Every layer whose image is not built on the image its parent's tag names (empty: none)."""
+    wrong = []
+    for name in names:
+        for ref in result.chains[name]:
+            layer = result.layers[ref]
+            parent_id = client.images.get(layer.parent).id
+            history = [entry.get("Id") for entry in client.api.history(ref)]
+            parent_layers = client.images.get(layer.parent).attrs["RootFS"]["Layers"]
+            own_layers = client.images.get(ref).attrs["RootFS"]["Layers"]
+            if parent_id not in history or own_layers[:len(parent_layers)] != parent_layers:
+                wrong.append(f"{layer.name} is not built on {layer.parent} ({parent_id[:19]})")
+    return wrong
+
+
+def test_default_jobs_fit_the_machine():
+    assert 2 <= schedule.default_jobs() <= schedule.MAX_DEFAULT_JOBS
+
+
+def test_two_branches_build_side_by_side_with_true_tags(docker_client, project):
+    for name in ("gamma", "delta"):
+        template = project["images"] / name / "Dockerfile.j2"
+        template.write_text(template.read_text() + SLOW)
+    result, statuses = run_build(docker_client, project, ["one", "two"], jobs=2)
+    assert [s for _, s in statuses] == ["built"] * 6
+    log = project["log"]
+    # Both branches started before either finished: they built side by side.
+    first_done = min(log.index("gamma 1.0: done"), log.index("delta 1.0: done"))
+    assert log.index("gamma 1.0: building") < first_done
+    assert log.index("delta 1.0: building") < first_done
+    assert _built_on_parent(docker_client, result, ["one", "two"]) == []
+    for name in ("one", "two"):
+        final = docker_client.images.get(f"{project['repo']}:{name}")
+        assert final.id == docker_client.images.get(result.chains[name][-1]).id
+
+
+def test_failure_in_one_branch_stops_cleanly(docker_client, project):
+    (project["images"] / "gamma" / "Dockerfile.j2").write_text(
+        (project["images"] / "gamma" / "Dockerfile.j2").read_text()
+        + "RUN echo gamma-breaks && exit 7\n")
+    delta = project["images"] / "delta" / "Dockerfile.j2"
+    delta.write_text(delta.read_text() + SLOW)
+    with pytest.raises(UserError) as caught:
+        run_build(docker_client, project, ["one", "two"], jobs=2)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("layer gamma 1.0 failed to build; full log: ")
+    log_file = message.rsplit(": ", 1)[1]
+    assert "gamma-breaks" in Path(log_file).read_text(encoding="utf-8")
+    log = project["log"]
+    assert "gamma 1.0: FAILED" in log
+    # delta was already running: it finishes (and its tag is true); nothing new starts.
+    assert "delta 1.0: done" in log
+    assert log.count("_stack: skipped") == 2
+    assert not docker_client.images.list(name=f"{project['repo']}:one")
+
+
+def _build_in_process(project: dict, names: list[str], start_at: float, out) -> None:
+    """One of two concurrent builds: its own process and client, as a second terminal has."""
+    import docker
+
+    client = docker.from_env(timeout=600)
+    while time.time() < start_at:
+        time.sleep(0.01)
+    try:
+        _, statuses = run_build(client, project, names, jobs=1)
+        out.put(("ok", statuses))
+    except BaseException as exc:  # noqa: BLE001 - reported to the test
+        out.put(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def test_concurrent_builds_of_one_stack_keep_tags_true(docker_client, project):
+    for name in ("alpha", "beta", "gamma"):
+        template = project["images"] / name / "Dockerfile.j2"
+        template.write_text(template.read_text() + "RUN sleep 2\n")
+    spawn = multiprocessing.get_context("spawn")
+    out = spawn.Queue()
+    start_at = time.time() + 5
+    procs = [spawn.Process(target=_build_in_process, args=(
+        {k: v for k, v in project.items() if k != "log"}, ["one"], start_at, out))
+        for _ in range(2)]
+    for proc in procs:
+        proc.start()
+    answers = [out.get(timeout=600) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=60)
+    assert [kind for kind, _ in answers] == ["ok", "ok"], answers
+    statuses = [status for _, pairs in answers for _, status in pairs]
+    # Each layer was built once, by one of the two; the other found it under its tag.
+    assert statuses.count("built") == 4 and statuses.count("cached") == 4, answers
+    result, again = run_build(docker_client, project, ["one"])
+    assert [s for _, s in again] == ["cached"] * 4
+    assert _built_on_parent(docker_client, result, ["one"]) == []
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("0", "--jobs 0: must be at least 1"),
+    ("many", "--jobs 'many': expected a whole number"),
+])
+def test_jobs_option_is_one_line(value, expected):
+    from tests.test_cli import NO_ENGINE, USAGE, invoke, one_error_line
+
+    assert expected in one_error_line(invoke("build", "--jobs", value, env=NO_ENGINE), USAGE)
