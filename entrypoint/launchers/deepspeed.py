@@ -12,7 +12,8 @@ from .. import envtable
 from .base import Unit, split_program
 
 DS_ENV_FILE_MIN = ">=0.10.1"  # DeepSpeed PR #4006 (merged 2023-07-20): DS_ENV_FILE
-# DeepSpeed PR #1957 (merged 2022-05-17, first in 0.6.5): --no_ssh_check. The runner checks
+# DeepSpeed PR #1957 (merged 2022-05-17, first in 0.6.5: determined-ai/determined PR #4156 of
+# the same day says DeepSpeed "> 0.6.4" needs it and tests 0.6.5.dev): --no_ssh_check. The runner checks
 # `ssh <first host> hostname` for any hostfile before it knows the job has one node; a single
 # container runs no sshd, so without the flag a one-node job stops there.
 NO_SSH_CHECK_MIN = ">=0.6.5"
