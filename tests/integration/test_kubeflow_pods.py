@@ -11,7 +11,8 @@ Sources read (public repositories; line numbers are those of the version read):
   PytorchJobDefaultPort = 23456 in pkg/apis/kubeflow.org/v1/pytorch_types.go.
 - TrainJob: kubeflow/trainer pkg/runtime/framework/plugins/torch/torch.go at 06b555d6
   (EnforceMLPolicy), port constants.ContainerTrainerPort = 29500.
-- MPIJob v2beta1: kubeflow/mpi-operator pkg/controller/mpi_job_controller.go at cbe4f8aa (the
+- MPIJob v2beta1: kubeflow/mpi-operator pkg/controller/mpi_job_controller.go at cbe4f8aa (lines as
+  there; the
   ``launcherEnvVars``, ``workerEnvVars``, ``ompiEnvVars`` and ``sshVolumeItems`` variables, the
   hostfile ConfigMap and the worker's default ``/usr/sbin/sshd -De`` command).
 """
@@ -119,8 +120,8 @@ def test_a_two_node_trainjob_runs_through_the_entrypoint(pods):
 
 def _ssh_secret(pods, tmp_path):
     """The operator's SSH Secret as mounted: id_rsa, id_rsa.pub, authorized_keys (the public key
-    again), mode 0600 (mpi_job_controller.go sshVolumeItems). Made with the image's ssh-keygen,
-    so the test needs no SSH tools on the host; the files stay the test user's."""
+    again), mode 0600 (mpi_job_controller.go:137-150 sshVolumeItems). Made with the image's
+    ssh-keygen, so the test needs no SSH tools on the host; the files stay the test user's."""
     keys = tmp_path / "ssh"
     keys.mkdir()
     script = ("ssh-keygen -q -t rsa -b 2048 -N '' -C mj -f /keys/id_rsa && "
@@ -143,17 +144,19 @@ def test_an_mpijob_launcher_and_two_workers_run_mpirun_through_the_entrypoint(po
                str(config): {"bind": "/etc/mpi", "mode": "ro"}}
     for i in (0, 1):
         name = f"mj-worker-{i}"
-        # workerEnvVars: K_MPI_JOB_ROLE=worker. No args: the operator's default command
-        # (/usr/sbin/sshd -De) would bypass the entrypoint, so the manifest leaves it out.
+        # mpi_job_controller.go:170-175 workerEnvVars: K_MPI_JOB_ROLE=worker. No args: the
+        # operator's default command (/usr/sbin/sshd -De) would bypass the entrypoint, so the
+        # manifest leaves it out.
         pods.pod(name, None, {"K_MPI_JOB_ROLE": "worker"},
                  aliases=(f"{name}.mj", f"{name}.mj.default.svc"), volumes=volumes)
     for i in (0, 1):
         pods.wait_log(f"mj-worker-{i}", "sshd listening on port 22", 60)
     launcher_env = {
-        "K_MPI_JOB_ROLE": "launcher",  # launcherEnvVars
-        "OMPI_MCA_orte_keep_fqdn_hostnames": "true",  # ompiEnvVars
-        "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",  # ompiEnvVars: configMountPath
-        "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",  # ompiEnvVars
+        "K_MPI_JOB_ROLE": "launcher",  # mpi_job_controller.go:164-169 launcherEnvVars
+        "OMPI_MCA_orte_keep_fqdn_hostnames": "true",  # mpi_job_controller.go:179-180 ompiEnvVars
+        # mpi_job_controller.go:183-184 ompiEnvVars: configMountPath (:74) / hostfileName (:75)
+        "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",
+        "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",  # mpi_job_controller.go:187-188
     }
     pods.pod("mj-launcher", ["python3", "/share/allreduce.py"], launcher_env,
              aliases=("mj-launcher.mj",), volumes=volumes)
