@@ -1,6 +1,7 @@
 """The CUDA TCP stack (cuda13.2-tcp) end to end on the real engine: built from nothing with the
 project's builder, every layer tested in its own container (CUDA compile, NCCL, DeepSpeed's
-pre-built ops), no apt caches in any layer, size within budget.
+pre-built ops), no apt caches in any layer, size within budget, and no filesystem layer above
+2 GB in `docker history` (before the PyTorch wheel split one was 5.6 GB).
 
 CI builds it in every run: measured on the 2-core machine, a cold build takes 325 s and its layer
 tests about 2 minutes, so a clean-clone CI run stays far under its 45-minute limit (README,
@@ -9,18 +10,21 @@ tests about 2 minutes, so a clean-clone CI run stays far under its 45-minute lim
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from matrix.image import build, ca, testing
+from matrix.image.budget import added_steps
 from matrix.image.plan import plan
 from matrix.model.loader import load_matrix
 from tests.layer_checks import apt_cache_files
 
 ROOT = Path(__file__).resolve().parent.parent
 STACK = "cuda13.2-tcp"
+LAYER_LIMIT = 2_000_000_000  # AWS Batch guidance: layers at or below about 2 GB
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
@@ -66,3 +70,20 @@ def test_efa_sibling_shares_every_layer_below_the_fabric():
     shared = [layer.component for layer in result.chain(STACK)
               if layer.ref in result.chains["cuda13.2-efa"]]
     assert shared == ["ssh", "python", "cuda", "pytorch", "nccl", "deepspeed", "pdsh"]
+
+
+def test_docker_history_has_no_layer_above_2_gb(cuda_build):
+    final = cuda_build.chains[STACK][-1]
+    history = subprocess.run(
+        ["/usr/bin/docker", "history", "--no-trunc", "--human=false", "--format", "{{.Size}}",
+         final], capture_output=True, text=True, check=True).stdout.split()
+    sizes = [int(size) for size in history]
+    assert sizes and max(sizes) <= LAYER_LIMIT, sorted(sizes)[-3:]
+
+
+def test_pytorch_adds_one_layer_per_step(docker_client, cuda_build):
+    layer = next(x for x in cuda_build.chain(STACK) if x.component == "pytorch")
+    steps = cuda_build.matrix.stack(STACK).layer("pytorch").spec["options"]["pip_steps"]
+    big = [s for s in added_steps(docker_client, layer.ref, layer.parent) if s.size > 1_000_000]
+    assert len(big) == len(steps) + 1  # each group, then torch
+    assert sum(s.size for s in big) > 4_000_000_000  # the wheels are all there, just split

@@ -25,6 +25,21 @@ def docker_client_or_skip():
     return client
 
 
+def wait_log(container, needle, timeout, what, dump):
+    """The container's log once it holds ``needle``; an AssertionError naming ``what`` with
+    ``dump()`` after ``timeout`` seconds or when the container exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = container.logs().decode("utf-8", "replace")
+        if needle in text:
+            return text
+        container.reload()
+        if container.status == "exited":
+            break
+        time.sleep(0.3)
+    raise AssertionError(f"{needle!r} not in the logs of {what} within {timeout}s:\n{dump()}")
+
+
 class Cluster:
     def __init__(self, client, image, test_name, mount_entrypoint=False):
         self.client = client
@@ -81,17 +96,8 @@ class Cluster:
         return container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
 
     def wait_log(self, container, needle, timeout):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            text = self.logs(container)
-            if needle in text:
-                return text
-            container.reload()
-            if container.status == "exited":
-                break
-            time.sleep(0.3)
-        raise AssertionError(f"{needle!r} not in the logs of {container.name} "
-                             f"within {timeout}s:\n{self.logs(container)}")
+        return wait_log(container, needle, timeout, container.name,
+                        lambda: self.logs(container))
 
     @staticmethod
     def wait_exit(container, timeout):

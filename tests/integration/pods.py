@@ -16,6 +16,8 @@ import time
 import uuid
 from pathlib import Path
 
+from tests.integration.cluster import wait_log
+
 # Test-only: Debian's etcd 3.4 server and python-etcd, for torchrun's etcd rendezvous.
 ETCD_LAYER = """\
 ARG BASE
@@ -39,6 +41,7 @@ def layer_image(client, base: str, layer: str, name: str) -> str:
         return tag
     except ImageNotFound:
         pass
+    # host network, as the project's builder: apt reaches the mirror the way the host does
     client.images.build(fileobj=io.BytesIO(layer.encode()), tag=tag, buildargs={"BASE": base},
                         network_mode="host", labels={"mnp-test": "1"}, rm=True, pull=False)
     return tag
@@ -84,18 +87,7 @@ class Pods:
                                  f"{self.logs()}") from None
 
     def wait_log(self, name: str, needle: str, timeout: float) -> str:
-        container = self.containers[name]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            text = container.logs().decode("utf-8", "replace")
-            if needle in text:
-                return text
-            container.reload()
-            if container.status == "exited":
-                break
-            time.sleep(0.3)
-        raise AssertionError(f"{needle!r} not in the logs of pod {name} within {timeout}s\n"
-                             f"{self.logs()}")
+        return wait_log(self.containers[name], needle, timeout, f"pod {name}", self.logs)
 
     def wait_file(self, path: Path, timeout: float) -> None:
         deadline = time.monotonic() + timeout

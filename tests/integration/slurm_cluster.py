@@ -23,11 +23,11 @@ network. ``cleanup`` removes what it created, nothing else.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import io
 import time
 import uuid
 from pathlib import Path
+
+from tests.integration.pods import layer_image
 
 LAYER = """\
 ARG BASE
@@ -86,20 +86,7 @@ if [ "$1" = ctl ]; then exec /usr/sbin/slurmctld -D -i; else exec /usr/sbin/slur
 
 def slurm_image(client, base: str) -> str:
     """The base image plus the Slurm layer, built once per base image (reused while cached)."""
-    base_id = client.images.get(base).id
-    digest = hashlib.sha256((base_id + LAYER).encode()).hexdigest()[:16]
-    tag = f"mnp-test-slurm:{digest}"
-    from docker.errors import ImageNotFound
-
-    try:
-        client.images.get(tag)
-        return tag
-    except ImageNotFound:
-        pass
-    # host network, as the project's builder: apt reaches the mirror the way the host does
-    client.images.build(fileobj=io.BytesIO(LAYER.encode()), tag=tag, buildargs={"BASE": base},
-                        network_mode="host", labels={"mnp-test": "1"}, rm=True, pull=False)
-    return tag
+    return layer_image(client, base, LAYER, "slurm")
 
 
 class SlurmCluster:
