@@ -84,15 +84,20 @@ def ensure(start: bool = True, wait_s: float = 60) -> docker.DockerClient:
     raise UserError(f"dockerd did not answer within {wait_s:.0f} s; see {DOCKERD_LOG}")
 
 
-# What the full test suite needs from the distribution, by command. scontrol: the Slurm host
-# list tests compare the entrypoint's expansion with the real one (tests/entrypoint).
-SYSTEM_TOOLS = {"dockerd": "docker.io", "mmdebstrap": "mmdebstrap",
-                "docker-registry": "docker-registry", "scontrol": "slurm-client"}
+# What the full test suite needs from the distribution: command -> Debian packages. scontrol:
+# the Slurm host list tests compare the entrypoint's expansion with the real one; cc: the
+# preflight tests build a plugin whose dependency is missing; ssh-keygen and ssh: the
+# entrypoint's SSH trust tests. Without them those tests would skip on a new machine.
+SYSTEM_TOOLS = {"dockerd": ("docker.io",), "mmdebstrap": ("mmdebstrap",),
+                "docker-registry": ("docker-registry",), "scontrol": ("slurm-client",),
+                "cc": ("gcc", "libc6-dev"), "ssh-keygen": ("openssh-client",),
+                "ssh": ("openssh-client",)}
 
 
 def ensure_system_tools() -> None:
     """Install the Debian packages the suite uses when missing (root on Debian/Ubuntu only)."""
-    missing = [pkg for tool, pkg in SYSTEM_TOOLS.items() if not shutil.which(tool)]
+    missing = sorted({pkg for tool, pkgs in SYSTEM_TOOLS.items() if not shutil.which(tool)
+                      for pkg in pkgs})
     if not missing:
         return
     if os.geteuid() != 0 or not _debian_family():
