@@ -47,8 +47,10 @@ print("REPORT rank=%d size=%d sum=%d job_var=%s creds=%s host=%s" % (
     os.environ.get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "MISSING"),
     socket.gethostname()), flush=True)
 '''
+# host=[0-9a-f]+: ranks print through mpirun at once, and one rank's line can arrive glued to
+# the next rank's "REPORT ..." without a newline; a hex container name stops before it
 REPORT_RE = re.compile(r"REPORT rank=(\d+) size=(\d+) sum=(\d+) job_var=(\S+) creds=(\S+) "
-                       r"host=(\S+)")
+                       r"host=([0-9a-f]+)")
 
 
 @pytest.fixture
