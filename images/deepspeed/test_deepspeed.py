@@ -55,6 +55,10 @@ for _ in range(2):
 print("RESULT " + json.dumps({"accelerator": get_accelerator()._name, "backend": dist.get_backend(),
                               "world": dist.get_world_size(), "steps": engine.global_steps,
                               "losses": losses}), flush=True)
+# As PyTorch's distributed docs (Shutdown) ask: a gloo process group left to interpreter
+# exit can abort the rank with 'terminate called without an active exception'
+# (pytorch/pytorch#190489), failing a job that trained.
+dist.destroy_process_group()
 '''
 
 CPU_ADAM = r'''

@@ -63,6 +63,10 @@ print("RESULT " + json.dumps({
     "rank": rank, "world": world, "steps": engine.global_steps, "losses": losses,
     "checksum": float(got.double().sum()), "max_diff_to_reference": float((got - want).abs().max()),
     "moved": moved, "host": socket.gethostname()}), flush=True)
+# As PyTorch's distributed docs (Shutdown) ask: a gloo process group left to interpreter
+# exit can abort the rank with 'terminate called without an active exception'
+# (pytorch/pytorch#190489), failing a job that trained.
+dist.destroy_process_group()
 '''
 # No nested objects in a result: two ranks' lines that mpirun's output forwarding runs together
 # still part at the right brace.

@@ -41,6 +41,10 @@ for step in range(start, {STEPS}):
         os.replace(ckpt + ".tmp", ckpt)
     time.sleep(0.5)
 print("done rank=%d world=%d host=%s" % (rank, world, socket.gethostname()), flush=True)
+# As PyTorch's distributed docs (Shutdown) ask: a gloo process group left to interpreter
+# exit can abort the rank with 'terminate called without an active exception'
+# (pytorch/pytorch#190489), failing a job that trained.
+dist.destroy_process_group()
 """
 ETCD_ARGS = ["etcd", "--name", "etcd-service", "--data-dir", "/tmp/etcd", "--enable-v2=true",
              "--listen-client-urls", "http://0.0.0.0:2379",

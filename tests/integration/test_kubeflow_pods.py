@@ -35,6 +35,10 @@ t = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(t)
 print("ddp rank=%d world=%d sum=%g host=%s" % (dist.get_rank(), dist.get_world_size(), t.item(),
                                                socket.gethostname()), flush=True)
+# As PyTorch's distributed docs (Shutdown) ask: a gloo process group left to interpreter
+# exit can abort the rank with 'terminate called without an active exception'
+# (pytorch/pytorch#190489), failing a job that trained.
+dist.destroy_process_group()
 """
 ALLREDUCE = """\
 import socket
