@@ -129,4 +129,25 @@ def test_nitro_versions_as_the_efa_page_groups_them(name, nitro):
 def test_what_is_confirmed_and_what_is_not():
     assert not get_instance_type("p5en.48xlarge").unverified  # 16 cards: ac.html network specs
     assert "EFA count" in get_instance_type("dl1.24xlarge").unverified
-    assert "8 usable EFA devices" in get_instance_type("p6-b200.48xlarge").unverified
+    # p6-b200: 8 EFA devices is settled (issue 16 item 13); which uverbsN nodes they get is not
+    p6 = get_instance_type("p6-b200.48xlarge")
+    assert p6.efa_interfaces == 8
+    assert "usable EFA devices" not in p6.unverified and "eksctl" not in p6.unverified
+    assert p6.unverified.startswith("which /dev/infiniband/uverbsN nodes the 8 EFA devices get")
+
+
+def test_p6_b200_efa_on_all_eight_cards_as_aws_configures_it():
+    """Issue 16 item 13: the ENA-only primary card is P6-B300's (17 cards, EFA on 1 to 16), not
+    P6-B200's. AWS's Batch template for p6-b200 attaches an efa interface to each of network
+    cards 0 to 7 and passes uverbs0 to uverbs7; invoke jobdef passes the same eight."""
+    from matrix.deploy.jobdef import build_job_definition
+
+    row = get_instance_type("p6-b200.48xlarge")
+    assert "aws-batch-distributed-training-p6.yaml" in row.source
+    assert "InterfaceType efa at device 0 of network cards 0 to 7" in row.source
+    assert "8 rdmap EFA devices" in row.source  # the EFA device plugin's count
+    image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/x@sha256:" + "a" * 64
+    definition = build_job_definition("cuda13.2-efa", 2, "p6-b200.48xlarge", image)
+    (node_range,) = definition["nodeProperties"]["nodeRangeProperties"]
+    devices = node_range["container"]["linuxParameters"]["devices"]
+    assert [d["hostPath"] for d in devices] == [f"/dev/infiniband/uverbs{i}" for i in range(8)]
