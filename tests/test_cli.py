@@ -139,6 +139,11 @@ def test_did_you_mean(args, expected):
     (["matrix", "--json"], "invoke matrix has no option --json; --json is an option of: build, "
                            "explain, plan, stacks (its options: --stacks)"),
     (["jobdef", "--json"], "invoke jobdef has no option --json"),
+    (["ref", "--json"], "invoke ref has no option --json; --json is an option of: build, "
+                        "explain, plan, stacks (its options: --stack, --stacks)"),
+    (["ref", "--stack", "cpu-tcp", "--json"], "invoke ref has no option --json"),
+    (["lint", "--json"], "invoke lint has no option --json; --json is an option of: build, "
+                         "explain, plan, stacks (its options: --stacks)"),
     (["plan", "--jsn"], "invoke plan has no option --jsn; did you mean --json?"),
     (["build", "-t"], "invoke build has no option -t: options have no short forms"),
     (["plna"], "no task named 'plna'; did you mean plan?"),
