@@ -9,9 +9,10 @@ exit 1. The dry run (``MNP_DRY_RUN``) lists the checks as plan lines and runs no
 
 Checks (``checks``, a pure function of the fabric and the node facts):
 
-- ``fi_info -p efa`` exits 0 and lists ``provider: efa`` (libfabric finds the EFA provider and a
-  device; the EFA installer's own check, https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/
-  efa-start-nccl.html "Install the EFA software": ``fi_info -p efa -t FI_EP_RDM``);
+- ``fi_info -p efa -t FI_EP_RDM`` exits 0 and lists ``provider: efa`` (libfabric finds the EFA
+  provider, a device and the reliable-datagram endpoint aws-ofi-nccl opens: the EC2 user guide's
+  check after installing the EFA software, https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+  efa-start-nccl.html "Install the EFA software");
 - on GPU nodes: an aws-ofi-nccl plugin is installed, and a separate ``python3`` loads it with
   ``ctypes`` (``dlopen`` with ``RTLD_NOW``) in the command's environment (its
   ``LD_LIBRARY_PATH``), so a library the plugin needs and cannot find is named. A child process,
@@ -30,8 +31,8 @@ def checks(fabric_kind, facts):
     if fabric_kind != "efa":
         return []
     fi_info = facts.binaries.get("fi_info") or "fi_info"
-    out = [{"kind": "provider", "check": "fi_info -p efa lists the efa provider",
-            "argv": [fi_info, "-p", "efa"]}]
+    out = [{"kind": "provider", "check": "fi_info -p efa -t FI_EP_RDM lists the efa provider",
+            "argv": [fi_info, "-p", "efa", "-t", "FI_EP_RDM"]}]
     if facts.accelerator == "gpu":
         if facts.plugin_path:
             python = facts.binaries.get("python3") or "python3"
@@ -79,7 +80,7 @@ def failure(check, env):
             return "fi_info (libfabric) cannot run: %s" % err
         if code != 0 or "provider: efa" not in out:
             why = _last_line(err) or _last_line(out) or "no output"
-            return "fi_info -p efa finds no efa provider (exit %d: %s)" % (code, why)
+            return "fi_info -p efa -t FI_EP_RDM finds no efa provider (exit %d: %s)" % (code, why)
         return None
     if code == 0:
         return None

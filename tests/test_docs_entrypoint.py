@@ -181,7 +181,7 @@ def test_the_preflight_section_quotes_the_codes_words():
     with pytest.raises(StartupError) as info:
         main.Runner.check_preflight(stub)
     prefix, missing = str(info.value).split(": ", 1)
-    assert f"error: {prefix}: fi_info -p efa finds no efa provider (exit 1: " in text
+    assert f"error: {prefix}: fi_info -p efa -t FI_EP_RDM finds no efa provider (exit 1: " in text
     assert f"`{missing}`" in text, missing
     assert f"within {preflight.TIMEOUT:g} s" in text
     # the exit code table names the preflight under 1 (a StartupError; test_ep_preflight runs it)

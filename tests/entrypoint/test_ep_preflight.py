@@ -51,11 +51,11 @@ def test_no_plugin_pin_over_tcp_or_without_the_plugin():
 def test_the_plan_lists_the_checks_and_a_dry_run_runs_none():
     p = make(gpu_efa("1.13.0", "1.22.0", "p5.48xlarge", nccl="2.23.4"))
     assert [c["argv"] for c in p.preflight] == [
-        ["/opt/amazon/efa/bin/fi_info", "-p", "efa"],
+        ["/opt/amazon/efa/bin/fi_info", "-p", "efa", "-t", "FI_EP_RDM"],
         ["/usr/bin/python3", "-c", preflight.LOAD_SNIPPET, "/opt/aws-ofi-nccl/lib/libnccl-net.so"]]
     text = p.text()
-    assert "preflight (a real run checks this before any rank starts): fi_info -p efa lists " \
-           "the efa provider" in text
+    assert "preflight (a real run checks this before any rank starts): fi_info -p efa -t " \
+           "FI_EP_RDM lists the efa provider" in text
     assert "the aws-ofi-nccl plugin /opt/aws-ofi-nccl/lib/libnccl-net.so" in text
     assert json.loads(json.dumps(p.to_dict()))["preflight"] == p.preflight
 
@@ -77,14 +77,14 @@ def fake_fi_info(tmp_path, script):
 
 
 def provider_check(fi_info):
-    return {"kind": "provider", "check": "fi_info -p efa lists the efa provider",
-            "argv": [fi_info, "-p", "efa"]}
+    return {"kind": "provider", "check": "fi_info -p efa -t FI_EP_RDM lists the efa provider",
+            "argv": [fi_info, "-p", "efa", "-t", "FI_EP_RDM"]}
 
 
 def test_fi_info_without_the_efa_provider_is_named(tmp_path):
     failing = fake_fi_info(tmp_path, "echo 'fi_getinfo: -61 (No data available)' >&2\nexit 1\n")
     assert preflight.run([provider_check(failing)], dict(os.environ)) == [
-        "fi_info -p efa finds no efa provider (exit 1: fi_getinfo: -61 (No data available))"]
+        "fi_info -p efa -t FI_EP_RDM finds no efa provider (exit 1: fi_getinfo: -61 (No data available))"]
     missing = preflight.run([provider_check(str(tmp_path / "nowhere" / "fi_info"))], {})
     assert missing[0].startswith("fi_info (libfabric) cannot run:")
     good = fake_fi_info(tmp_path, "echo 'provider: efa'\necho '    fabric: efa'\n")
@@ -152,7 +152,7 @@ def test_an_efa_job_without_the_provider_stops_before_the_launcher(local_node, t
     assert result.returncode == 1, result.stderr
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and "EFA preflight failed before any rank started" in errors[0]
-    assert "fi_info -p efa finds no efa provider" in errors[0], result.stderr
+    assert "fi_info -p efa -t FI_EP_RDM finds no efa provider" in errors[0], result.stderr
     assert not started.exists() and "Traceback" not in result.stderr
     # the dry run shows the same check and runs nothing
     dry = local_node.run(["python3", "train.py"], MNP_FABRIC="efa", MNP_DRY_RUN="1",
