@@ -28,15 +28,16 @@ import re
 CHEATSHEET = ("https://github.com/aws/aws-ofi-nccl/blob/master/doc/efa-env-var.md "
               "(EFA cheatsheet, section 1 'Settings via environment variables' and section 2 "
               "'Sample Presets')")
+NCCL_DOCS = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html"
 NCCL_EXACT = ("https://github.com/NVIDIA/nccl/pull/236 (exact-match '=' modifier for "
-              "NCCL_SOCKET_IFNAME, first released in NCCL v2.5.6-1); NCCL docs env.html "
-              "'NCCL_SOCKET_IFNAME'")
+              "NCCL_SOCKET_IFNAME, first released in NCCL v2.5.6-1); " + NCCL_DOCS
+              + " 'NCCL_SOCKET_IFNAME'")
 NCCL_SOCKET_AUTO = ("https://github.com/NVIDIA/nccl/blob/v2.4.8-1/src/transport/net_socket.cc "
                     "(ncclSocketGetNsockNthread: vendor 0x1d0f, AWS ENA -> 2 threads x 8 "
                     "sockets; anything else -> 1 x 1)")
-P3_TCP_SEED = ("AWS Compute Blog 'Optimizing deep learning on P3 and P3dn with EFA', section "
-               "'Optimizing your P3 family' (NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD, new "
-               "in NCCL 2.4.8)")
+P3_TCP_SEED = ("https://aws.amazon.com/blogs/compute/optimizing-deep-learning-on-p3-and-p3dn-"
+               "with-efa/ (AWS Compute Blog), section 'Optimizing your P3 family' "
+               "(NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD, new in NCCL 2.4.8)")
 DL1_WORKSHOP = ("https://github.com/aws-samples/aws-hpc-tutorials/tree/frameworks/content/"
                 "06-batch-mnp-train-dl1 (AWS Batch DL1 workshop: .deepspeed_env of the "
                 "container); docs.habana.ai API_Reference_Guides/HCCL_APIs/"
@@ -50,7 +51,7 @@ OFI_NET_NAME = ("https://github.com/aws/aws-ofi-nccl/blob/master/src/nccl_ofi_in
                 "name to \"AWS Libfabric\"'; later ones report \"Libfabric\" and still accept "
                 "NCCL_NET=\"AWS Libfabric\"), from https://github.com/aws/aws-ofi-nccl/pull/530 "
                 "(merged after the 1.11 release); before it src/compat_v6.c (ncclNetPlugin_v6 "
-                ".name \"AWS Libfabric\"); NCCL docs env.html 'NCCL_NET'; "
+                ".name \"AWS Libfabric\"); " + NCCL_DOCS + " 'NCCL_NET'; "
                 "https://github.com/NVIDIA/nccl/issues/959 (silent fall-back to sockets)")
 GLOO_DOCS = ("https://pytorch.org/docs/stable/distributed.html 'Common environment variables' "
              "(GLOO_SOCKET_IFNAME)")
@@ -140,9 +141,10 @@ NOT_SET_REASONS = {
     "FI_EFA_USE_DEVICE_RDMA": (("gpu",), "no RDMA-capable EFA here, or aws-ofi-nccl >= 1.7.0 "
                                "with libfabric >= 1.18.0 enables it by itself (" + CHEATSHEET
                                + ")"),
-    "FI_EFA_TX_MIN_CREDITS": (("gpu",), "older guides set 64: the November 2019 AWS 'NCCL "
-                              "on EFA' guide and the P3/P3dn seed (" + P3_TCP_SEED.split(",")[0]
-                              + ", its mpirun line with NCCL 2.4.8). Unset keeps the efa provider's default: "
+    "FI_EFA_TX_MIN_CREDITS": (("gpu",), "older guides set 64, e.g. AWS's 'Optimizing deep learning on "
+                              "P3 and P3dn with EFA' ("
+                              + P3_TCP_SEED.split(" ")[0] + ", its mpirun line with NCCL "
+                              "2.4.8). Unset keeps the efa provider's default: "
                               "its maintainers found the credit request unused and the "
                               "default the better bandwidth (https://github.com/ofiwg/"
                               "libfabric/pull/7650 'prov/efa: remove unused credit "
@@ -155,7 +157,8 @@ NOT_SET_REASONS = {
     "RDMAV_FORK_SAFE": (("gpu",), "the cheatsheet says do not use it: on newer kernels it can "
                         "break things, and the plugin sets FI_EFA_FORK_SAFE itself where needed ("
                         + CHEATSHEET + ")"),
-    "HCCL_OVER_OFI": (("hpu",), "not over EFA, or Habana's hccl_ofi_wrapper is not installed"),
+    "HCCL_OVER_OFI": (("hpu",), "not over EFA, or Habana's hccl_ofi_wrapper is not installed ("
+                      + HCCL_WRAPPER + ")"),
 }
 
 _RELEASE = re.compile(r"^v?(\d+(?:\.\d+)*)")

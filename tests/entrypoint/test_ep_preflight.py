@@ -177,3 +177,11 @@ def test_the_wrapper_and_credit_sources_are_precise():
     reason = envtable.NOT_SET_REASONS["FI_EFA_TX_MIN_CREDITS"][1]
     assert "P3 and P3dn" in reason and "libfabric/pull/7650" in reason
     assert "only the November 2019" not in reason
+
+
+def test_every_row_and_not_set_reason_cites_a_url():
+    """A source is a document a reader can open: a URL (and section), not just a title."""
+    uncited = [row.setting for row in envtable.ROWS if "https://" not in row.source]
+    uncited += [name for name, (_, why) in envtable.NOT_SET_REASONS.items()
+                if "https://" not in why]
+    assert uncited == []
