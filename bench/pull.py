@@ -20,13 +20,17 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-DOCKER = "/usr/bin/docker"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.second_engine import DOCKER, SecondEngine  # noqa: E402
+
 BRIDGE = "mnpbench0"
 BRIDGE_CIDR = "172.31.250.1/24"
 CHUNK = 64 * 1024
@@ -128,38 +132,6 @@ def relay(target: str, mbit: int, per_connection: bool = False) -> Iterator[str]
         server.close()
 
 
-@contextlib.contextmanager
-def second_engine(root: Path) -> Iterator[list[str]]:
-    """A clean dockerd on its own socket, data root and bridge; the docker CLI prefix for it."""
-    subprocess.run(["ip", "link", "add", "name", BRIDGE, "type", "bridge"], check=False,
-                   capture_output=True)
-    subprocess.run(["ip", "addr", "replace", BRIDGE_CIDR, "dev", BRIDGE], check=True)
-    subprocess.run(["ip", "link", "set", BRIDGE, "up"], check=True)
-    sock = root / "docker.sock"
-    with (root / "dockerd.log").open("ab") as log:
-        proc = subprocess.Popen(
-            ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
-             "--pidfile", str(root / "dockerd.pid"), "-H", f"unix://{sock}",
-             f"--bridge={BRIDGE}", "--iptables=false", "--ip-masq=false",
-             # Its own containerd namespaces: a system containerd may serve both engines.
-             "--containerd-namespace", "mnpbench", "--containerd-plugins-namespace",
-             "mnpbench-plugins"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    cli = [DOCKER, "-H", f"unix://{sock}"]
-    try:
-        wait_for(lambda: subprocess.run([*cli, "info"], capture_output=True).returncode == 0,
-                 "the second dockerd")
-        yield cli
-    finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=60)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        subprocess.run(["ip", "link", "delete", BRIDGE], check=False, capture_output=True)
-
-
 def run(command: list[str]) -> None:
     proc = subprocess.run(command, capture_output=True, text=True)
     if proc.returncode:
@@ -197,7 +169,8 @@ def main() -> None:
                 engine_root = Path(tmp) / f"engine-{mbit}-{len(rows)}"
                 engine_root.mkdir()
                 with relay(reg, mbit, args.per_connection) as via, \
-                        second_engine(engine_root) as cli:
+                        SecondEngine(engine_root, BRIDGE, BRIDGE_CIDR, "mnpbench") as engine:
+                    cli = engine.cli
                     ref = remote[image].replace(reg, via)
                     started = time.monotonic()
                     run([*cli, "pull", "-q", ref])

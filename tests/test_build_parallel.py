@@ -5,6 +5,7 @@ branch into gamma and delta."""
 from __future__ import annotations
 
 import multiprocessing
+import re
 import time
 from pathlib import Path
 
@@ -35,6 +36,21 @@ def _built_on_parent(client, result, names) -> list[str]:
     return wrong
 
 
+LAYER_LINE = re.compile(r"^(\[\d+/\d+\] [^:]+: |  \[[^\]]+\] step \d+/\d+ )")
+
+
+def unreadable_lines(log: str) -> list[str]:
+    """Progress lines of a non-terminal build log (after the base check, before the summary
+    table) that do not say which layer they belong to."""
+    wrong = []
+    for line in log.splitlines():
+        if line.strip() == "build summary":  # the summary table's title
+            break
+        if line.strip() and not line.startswith("base ") and not LAYER_LINE.match(line):
+            wrong.append(line)
+    return wrong
+
+
 def test_default_jobs_fit_the_machine():
     assert 2 <= schedule.default_jobs() <= schedule.MAX_DEFAULT_JOBS
 
@@ -51,6 +67,12 @@ def test_two_branches_build_side_by_side_with_true_tags(docker_client, project):
     assert log.index("gamma 1.0: building") < first_done
     assert log.index("delta 1.0: building") < first_done
     assert _built_on_parent(docker_client, result, ["one", "two"]) == []
+    assert unreadable_lines(log) == []
+    # Each layer's log holds its own build and nothing of the layer built beside it.
+    logs = {layer.name: (project["state"] / "logs" / f"{layer.tag}.log").read_text(encoding="utf-8")
+            for layer in result.order(["one", "two"])}
+    assert 'echo "gamma 1.0"' in logs["gamma 1.0"] and 'echo "delta 1.0"' not in logs["gamma 1.0"]
+    assert 'echo "delta 1.0"' in logs["delta 1.0"] and 'echo "gamma 1.0"' not in logs["delta 1.0"]
     for name in ("one", "two"):
         final = docker_client.images.get(f"{project['repo']}:{name}")
         assert final.id == docker_client.images.get(result.chains[name][-1]).id

@@ -148,6 +148,7 @@ def _stream_build(job: _Job, layer: Layer, log_path: Path) -> bool:
     args = {**job.proxies, **layer.build_args}
     if job.ca_url:
         args["MNP_CA_URL"] = job.ca_url
+    before = engine.identity(job.client)
     with log_path.open("w", encoding="utf-8") as log:
         log.write(f"# {layer.ref}\n# FROM {layer.parent}\n")
         try:
@@ -163,6 +164,7 @@ def _stream_build(job: _Job, layer: Layer, log_path: Path) -> bool:
                         job.reporter.step(layer, int(match[1]), int(match[2]), match[3])
                 elif "error" in chunk:
                     log.write(f"\nERROR: {chunk['error']}\n")
+                    _blame_the_engine(job.client, chunk["error"], before)
                     return False
         except APIError as exc:
             log.write(f"\nERROR: {exc.explanation or exc}\n")
@@ -171,6 +173,15 @@ def _stream_build(job: _Job, layer: Layer, log_path: Path) -> bool:
             log.write(f"\nERROR: the engine failed mid-build: {type(exc).__name__}: {exc}\n")
             raise
     return _exists(job.client, layer.ref)
+
+
+def _blame_the_engine(client: docker.DockerClient, error: str, before: Any) -> None:
+    """A build error is the engine's doing when the engine went away with it (a stopping dockerd
+    kills the step's container or loses its network store first): raise that, one line naming
+    the engine, instead of calling the layer broken. Costs a few seconds per failed layer."""
+    if engine.went_away(client, before):
+        first = error.strip().splitlines()[0][:160] if error.strip() else "no message"
+        raise engine.EngineGone(f"it stopped or restarted mid-build (the build said: {first})")
 
 
 def context_tar(layer: Layer) -> io.BytesIO:

@@ -46,6 +46,42 @@ def fault(client: docker.DockerClient, exc: BaseException, doing: str, after: st
                      "answers")
 
 
+class EngineGone(ConnectionError):
+    """The engine stopped or restarted under a running build (the build's error was its doing)."""
+
+
+def identity(client: docker.DockerClient) -> tuple[int, int] | None:
+    """What changes when a local engine restarts: dockerd creates its unix socket anew (inode and
+    change time). None for an engine behind TCP or a socket this process cannot see."""
+    path = getattr(getattr(client.api, "_custom_adapter", None), "socket_path", None)
+    try:
+        info = os.stat(path) if path else None
+    except OSError:
+        return None
+    return (info.st_ino, info.st_ctime_ns) if info else None
+
+
+def went_away(client: docker.DockerClient, before: tuple[int, int] | None,
+              seconds: float = 3.0) -> bool:
+    """Whether the engine stopped answering or came back as a new process within ``seconds``
+    (a stopping dockerd kills build containers first and goes away just after)."""
+    probe = docker.APIClient(base_url=where(client), version=client.api.api_version, timeout=2)
+    deadline = time.monotonic() + seconds
+    try:
+        while True:
+            try:
+                probe.ping()
+            except ENGINE_FAULTS:
+                return True
+            if before is not None and identity(client) not in (None, before):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.25)
+    finally:
+        probe.close()
+
+
 def connect(timeout: int = 600) -> docker.DockerClient:
     """A client for a running engine (raises :class:`UserError` when there is none)."""
     try:
@@ -91,7 +127,7 @@ def ensure(start: bool = True, wait_s: float = 60) -> docker.DockerClient:
 SYSTEM_TOOLS = {"dockerd": ("docker.io",), "mmdebstrap": ("mmdebstrap",),
                 "docker-registry": ("docker-registry",), "scontrol": ("slurm-client",),
                 "cc": ("gcc", "libc6-dev"), "ssh-keygen": ("openssh-client",),
-                "ssh": ("openssh-client",)}
+                "ssh": ("openssh-client",), "ip": ("iproute2",)}
 
 
 def ensure_system_tools() -> None:
