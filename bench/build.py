@@ -205,19 +205,30 @@ def shared_vs_monolithic(client, all_plan, buildable, bundle, row, jobs: int) ->
     remove_chain(client, refs)
     sequential, _ = timed_build(client, all_plan, buildable, bundle, no_cache=True, jobs=1)
     remove_chain(client, refs)
-    parallel, _ = timed_build(client, all_plan, buildable, bundle, no_cache=True, jobs=jobs)
+    parallel, results = timed_build(client, all_plan, buildable, bundle, no_cache=True, jobs=jobs)
     with ca.serve(bundle) as ca_url:
-        mono = 0.0
+        alone = {}
         for stack in buildable:
             dockerfile, files = monolithic(all_plan.chain(stack)[:-1])
-            mono += build_raw(client, dockerfile, files, f"mnp-bench-mono:{stack}", ca_url)
-        row(f"monolithic, each stack alone ({', '.join(buildable)})", mono)
+            alone[stack] = build_raw(client, dockerfile, files, f"mnp-bench-mono:{stack}", ca_url)
+        mono = sum(alone.values())
+        row(f"monolithic, each stack alone ({', '.join(buildable)})", mono, None,
+            "; ".join(f"{stack} {seconds:.0f} s" for stack, seconds in alone.items()))
+        longest = max(alone, key=alone.get)
+        # A stack's layers form one chain (each FROM the one before): no scheduler builds that
+        # chain faster than the stack's own build, so its share of the baseline is a floor.
+        row(f"floor: the longest stack alone ({longest}, monolithic)", alone[longest], mono,
+            "no layer scheduler can go below this on this matrix")
         note = (f"{len(all_plan.order(buildable))} layers for "
                 f"{sum(len(c) for c in all_plan.chains.values())} stack layers")
         row(f"invoke build --all --jobs 1 ({len(buildable)} stacks, shared layers)", sequential,
             mono, note)
+        seconds = {r.layer.ref: r.seconds for r in results}
+        chain, path = max(((stack, sum(seconds[ref] for ref in all_plan.chains[stack]))
+                           for stack in buildable), key=lambda item: item[1])
         row(f"invoke build --all --jobs {jobs} (independent layers in parallel)", parallel, mono,
-            f"{note}; {parallel / sequential:.3f} of --jobs 1")
+            f"{note}; {parallel / sequential:.3f} of --jobs 1; its longest chain ({chain}'s "
+            f"layers) took {path:.0f} s of it")
     for stack in buildable:
         remove_chain(client, [f"mnp-bench-mono:{stack}"])
 
