@@ -118,3 +118,18 @@ def run_build(client, project, names, **kwargs):
     finally:
         project["log"] = out.getvalue()
     return result, [(r.layer.name, r.status) for r in statuses]
+
+
+def built_on_parent_or_why(client, result, names) -> list[str]:
+    """Every layer whose image is not built on the image its parent's tag names (empty: none)."""
+    wrong = []
+    for name in names:
+        for ref in result.chains[name]:
+            layer = result.layers[ref]
+            parent_id = client.images.get(layer.parent).id
+            history = [entry.get("Id") for entry in client.api.history(ref)]
+            parent_layers = client.images.get(layer.parent).attrs["RootFS"]["Layers"]
+            own_layers = client.images.get(ref).attrs["RootFS"]["Layers"]
+            if parent_id not in history or own_layers[:len(parent_layers)] != parent_layers:
+                wrong.append(f"{layer.name} is not built on {layer.parent} ({parent_id[:19]})")
+    return wrong

@@ -9,6 +9,7 @@ Root only (dockerd, the bridge).
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -20,8 +21,6 @@ DOCKER = "/usr/bin/docker"  # Debian's CLI; /usr/local/bin/docker may be a newer
 
 def usable() -> str:
     """Why a second engine cannot start here ("" when it can)."""
-    import os
-
     if os.geteuid() != 0:
         return "a second Docker engine needs root"
     for tool in ("dockerd", "ip"):

@@ -13,27 +13,12 @@ import pytest
 
 from matrix.errors import UserError
 from matrix.image import schedule
-from tests.build_project import project_files, run_build
+from tests.build_project import built_on_parent_or_why, project_files, run_build
 
 pytestmark = pytest.mark.docker
 project_fixture = pytest.fixture(name="project")(project_files)
 
 SLOW = "RUN sleep 4\n"
-
-
-def _built_on_parent(client, result, names) -> list[str]:
-    """Every layer whose image is not built on the image its parent's tag names (empty: none)."""
-    wrong = []
-    for name in names:
-        for ref in result.chains[name]:
-            layer = result.layers[ref]
-            parent_id = client.images.get(layer.parent).id
-            history = [entry.get("Id") for entry in client.api.history(ref)]
-            parent_layers = client.images.get(layer.parent).attrs["RootFS"]["Layers"]
-            own_layers = client.images.get(ref).attrs["RootFS"]["Layers"]
-            if parent_id not in history or own_layers[:len(parent_layers)] != parent_layers:
-                wrong.append(f"{layer.name} is not built on {layer.parent} ({parent_id[:19]})")
-    return wrong
 
 
 LAYER_LINE = re.compile(r"^(\[\d+/\d+\] [^:]+: |  \[[^\]]+\] step \d+/\d+ )")
@@ -66,7 +51,7 @@ def test_two_branches_build_side_by_side_with_true_tags(docker_client, project):
     first_done = min(log.index("gamma 1.0: done"), log.index("delta 1.0: done"))
     assert log.index("gamma 1.0: building") < first_done
     assert log.index("delta 1.0: building") < first_done
-    assert _built_on_parent(docker_client, result, ["one", "two"]) == []
+    assert built_on_parent_or_why(docker_client, result, ["one", "two"]) == []
     assert unreadable_lines(log) == []
     # Each layer's log holds its own build and nothing of the layer built beside it.
     logs = {layer.name: (project["state"] / "logs" / f"{layer.tag}.log").read_text(encoding="utf-8")
@@ -134,7 +119,7 @@ def test_concurrent_builds_of_one_stack_keep_tags_true(docker_client, project):
     assert statuses.count("built") == 4 and statuses.count("cached") == 4, answers
     result, again = run_build(docker_client, project, ["one"])
     assert [s for _, s in again] == ["cached"] * 4
-    assert _built_on_parent(docker_client, result, ["one"]) == []
+    assert built_on_parent_or_why(docker_client, result, ["one"]) == []
 
 
 @pytest.mark.parametrize("value, expected", [

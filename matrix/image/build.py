@@ -175,7 +175,8 @@ def _stream_build(job: _Job, layer: Layer, log_path: Path) -> bool:
     return _exists(job.client, layer.ref)
 
 
-def _blame_the_engine(client: docker.DockerClient, error: str, before: Any) -> None:
+def _blame_the_engine(client: docker.DockerClient, error: str,
+                      before: tuple[int, int] | None) -> None:
     """A build error is the engine's doing when the engine went away with it (a stopping dockerd
     kills the step's container or loses its network store first): raise that, one line naming
     the engine, instead of calling the layer broken. Costs a few seconds per failed layer."""
