@@ -30,7 +30,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from entrypoint import hostfile, rendezvous  # noqa: E402
+from entrypoint.plan import hostfile
+from entrypoint.rendezvous import server as rendezvous  # noqa: E402
 
 SECRET = b"bench-secret"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDmT1cNnhtrXNHhRkWpCZ8ClN3nc8aUtQj1lnN4hvUCw"

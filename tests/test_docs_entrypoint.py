@@ -11,10 +11,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from entrypoint import config, envtable, fabric, main, plan, preflight
-from entrypoint.errors import StartupError
-from entrypoint.facts import NodeFacts
+from entrypoint.core.errors import StartupError
 from entrypoint.launchers import base
+from entrypoint.plan import envtable
+from entrypoint.plan import make as plan
+from entrypoint.probe import fabric, preflight
+from entrypoint.probe.facts import NodeFacts
+from entrypoint.run import main
+from entrypoint.settings import config
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "entrypoint.md"
 TICKED = re.compile(r"`([^`]+)`")
@@ -42,7 +46,7 @@ def ticked(cell):
     return TICKED.findall(cell)
 
 
-# -- the env table (entrypoint/envtable.py) ------------------------------------------------------
+# -- the env table (entrypoint/plan/envtable.py) ------------------------------------------------------
 
 ENV_HEADER = "| setting | value | when | source |"
 
@@ -78,7 +82,7 @@ def test_the_env_table_check_fails_when_a_row_is_missing():
     assert doc_env_pairs(broken) != code_env_pairs()
 
 
-# -- RDMA read families (entrypoint/fabric.py) ---------------------------------------------------
+# -- RDMA read families (entrypoint/probe/fabric.py) ---------------------------------------------------
 
 
 def listed_after(marker, text=None):
@@ -110,7 +114,7 @@ def test_the_rdma_check_fails_on_an_old_list():
     assert listed_after(RDMA_MARKER, old) != set(fabric.RDMA_FAMILIES)
 
 
-# -- settings (entrypoint/config.py) -------------------------------------------------------------
+# -- settings (entrypoint/settings/config.py) -------------------------------------------------------------
 
 SETTINGS_HEADER = "| setting | default | meaning |"
 
@@ -152,7 +156,7 @@ def test_every_node_specific_name_is_in_the_doc():
         assert prefix + "*" in patterns, prefix
 
 
-# -- the EFA preflight (entrypoint/preflight.py) -------------------------------------------------
+# -- the EFA preflight (entrypoint/probe/preflight.py) -------------------------------------------------
 
 
 def flat(text):

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import fabric, launchers
+from entrypoint import launchers
+from entrypoint.probe import fabric
 from matrix.cli import deploy
 from matrix.deploy.explain import ExplainError, explain, parse_nodes
 from matrix.errors import UserError

@@ -98,7 +98,7 @@ def test_the_entrypoint_copy_of_the_table_matches_it():
     """The in-image entrypoint cannot import matrix/: its copy of the instance names (what
     MNP_INSTANCE_TYPE may be) and of each type's EFA RDMA read must say what the table says, and
     its family list (for types the instance metadata reports) must agree with every row."""
-    from entrypoint import fabric
+    from entrypoint.probe import fabric
 
     assert set(fabric.INSTANCE_TYPES) == set(INSTANCE_TYPES)
     for name, row in INSTANCE_TYPES.items():

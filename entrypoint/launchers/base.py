@@ -12,7 +12,7 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..ssh import NODE_SSH_ENV
+from ..run.ssh import NODE_SSH_ENV
 
 PYTHON_RE = re.compile(r"^python(\d+(\.\d+)*)?$")
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

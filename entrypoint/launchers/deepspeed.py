@@ -8,7 +8,7 @@ Main node only: ``deepspeed --hostfile <file> --launcher <pdsh|openmpi> --master
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .. import envtable
+from ..plan import envtable
 from .base import Unit, split_program
 
 DS_ENV_FILE_MIN = ">=0.10.1"  # DeepSpeed PR #4006 (merged 2023-07-20): DS_ENV_FILE

@@ -12,7 +12,7 @@ lives there, so its store must be there. On Batch that is normally the main node
 
 from typing import Dict, List, Optional, Sequence
 
-from .. import envtable
+from ..plan import envtable
 from .base import Unit, split_program
 
 TORCHRUN_MIN = ">=1.9.0"  # torch.distributed.run (torchelastic) ships from PyTorch 1.9.0

@@ -21,7 +21,7 @@ names one and skips detection.
 import difflib
 from typing import Mapping, Optional, Tuple
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from . import batch, mpijob, pytorchjob, rank, single, slurm, trainjob
 from .base import NodeTable, get
 

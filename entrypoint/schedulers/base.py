@@ -17,7 +17,7 @@ made this process one rank: run the command).
 
 from typing import Any, Dict, List, Mapping, Optional
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 ROLES = ("single", "main", "child", "peer", "launcher", "worker", "rank")
 MAX_NODES = 10000  # as config.MAX_NODES: a typo cannot make a ten-million-line hostfile

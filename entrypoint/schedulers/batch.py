@@ -10,7 +10,7 @@ an error; ``AWS_BATCH_JOB_NUM_NODES=1`` is a single node.
 import ipaddress
 from typing import Dict, Mapping, Optional
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .base import MAX_NODES, NodeTable, below, first, get, integer
 
 NAME = "batch"

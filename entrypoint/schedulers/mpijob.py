@@ -11,7 +11,7 @@ at ``/root/.ssh``; the operator wires the nodes (DNS, hostfile, keys), the entry
 import os
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .base import MAX_NODES, NodeTable, first, get
 
 NAME = "mpijob"

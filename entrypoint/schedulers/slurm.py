@@ -12,8 +12,8 @@ Slurm wires the nodes itself; the main node is the first host of the list (``nod
 
 from typing import Dict, List, Mapping, Optional
 
-from .. import nodelist
-from ..errors import ConfigError
+from ..core.errors import ConfigError
+from . import nodelist
 from .base import MAX_NODES, NodeTable, below, first, get, integer, optional_integer
 
 NAME = "slurm"

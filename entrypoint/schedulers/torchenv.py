@@ -7,7 +7,7 @@ torchrun reads every option from ``PET_<OPTION>`` (``torch/distributed/argparse_
 import re
 from typing import Dict, Mapping, Optional, Tuple
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .base import MAX_NODES, first, get, slots_value
 
 NNODES_RE = re.compile(r"^(\d+)(?::(\d+))?$")

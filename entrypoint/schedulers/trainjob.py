@@ -8,7 +8,7 @@ PyTorchJob there is no ``RANK``/``MASTER_ADDR``/``WORLD_SIZE``. DNS names the po
 
 from typing import Dict, Mapping, Optional
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .base import NodeTable, below, get, integer
 from .torchenv import endpoint, nnodes, slots
 

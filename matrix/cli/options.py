@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 
 from rich.console import Console
 
-from entrypoint import config as entrypoint_config
 from entrypoint import launchers as launcher_units
+from entrypoint.settings import config as entrypoint_config
 from matrix.errors import UsageError, UserError, did_you_mean, excerpt
 from matrix.model.entities import Matrix
 from matrix.model.settings import GENERATED, ROOT
@@ -45,7 +45,7 @@ def make_console(stderr: bool = False) -> Console:
 console = make_console()
 LAUNCHERS = tuple(launcher_units.NAMES)  # MNP_LAUNCHER values: the entrypoint's launcher units
 BUILD_METADATA = ROOT / ".mnp" / "build-metadata.json"
-# --nodes: the entrypoint refuses more (AWS_BATCH_JOB_NUM_NODES, entrypoint/config.py), so no task
+# --nodes: the entrypoint refuses more (AWS_BATCH_JOB_NUM_NODES, entrypoint/settings/config.py), so no task
 # may accept more. AWS Batch's own default is lower, but AWS raises it on request, so above it
 # is a note, not an error: "You can have up to 1,000 nodes in a single job. This is the default
 # limit ... You can request to increase this limit." (AWS Batch User Guide, "Node groups",

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from entrypoint import config, launchers, schedulers
-from entrypoint import plan as ep_plan
-from entrypoint.facts import NodeFacts
+from entrypoint import launchers, schedulers
+from entrypoint.plan import make as ep_plan
+from entrypoint.probe.facts import NodeFacts
+from entrypoint.settings import config
 from matrix.errors import UsageError
 from matrix.model.entities import Matrix, Stack, comparable
 from matrix.model.instances import INSTANCE_TYPES, InstanceType

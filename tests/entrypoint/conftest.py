@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import netaddr
+from entrypoint.probe import netaddr
 
 ROOT = Path(__file__).resolve().parents[2]
 # The host's own settings of these kinds would change what the entrypoint does: left out.

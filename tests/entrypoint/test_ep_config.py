@@ -2,7 +2,7 @@
 
 import pytest
 
-from entrypoint import config
+from entrypoint.settings import config
 
 MAIN = {
     "AWS_BATCH_JOB_NODE_INDEX": "0",
@@ -166,7 +166,8 @@ def test_names_the_entrypoint_sets_for_the_command_are_not_errors():
 
 
 def test_every_mnp_name_a_plan_sets_is_known():
-    from entrypoint import facts, plan
+    from entrypoint.plan import make as plan
+    from entrypoint.probe import facts
 
     cfg = config.load(dict(MAIN, MNP_SECRET="s"))
     node = facts.NodeFacts(binaries={"mpirun": "/usr/bin/mpirun", "sshd": "/usr/sbin/sshd"},

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from entrypoint import fabric
+from entrypoint.probe import fabric
 
 
 def touch(root, path, data=b""):

@@ -2,7 +2,9 @@
 
 import os
 
-from entrypoint import config, facts, netaddr, plan
+from entrypoint.plan import make as plan
+from entrypoint.probe import facts, netaddr
+from entrypoint.settings import config
 
 EFA_INFO = "provider: efa\n    fabric: efa\n"
 

@@ -1,7 +1,7 @@
 """Hostfile formats, sorted by node index."""
 
-from entrypoint import hostfile
-from entrypoint.rendezvous import NodeInfo
+from entrypoint.plan import hostfile
+from entrypoint.rendezvous.server import NodeInfo
 
 NODES = [NodeInfo(2, "10.0.0.12", 8, ""), NodeInfo(0, "10.0.0.10", 8, ""),
          NodeInfo(1, "10.0.0.11", 4, "")]

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import log as eplog
-from entrypoint import protocol, rendezvous
+from entrypoint.core import log as eplog
+from entrypoint.rendezvous import protocol
+from entrypoint.rendezvous import server as rendezvous
 
 SECRET = b"hostile-test-secret"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDmT1cNnhtrXNHhRkWpCZ8ClN3nc8aUtQj1lnN4hvUCw"
@@ -536,7 +537,8 @@ def test_a_connection_opened_before_go_cannot_register_after_it(server_factory):
 PY36_SCRIPT = r'''
 import json, socket, sys, time
 sys.path.insert(0, sys.argv[1])
-from entrypoint import protocol, rendezvous
+from entrypoint.rendezvous import protocol
+from entrypoint.rendezvous import server as rendezvous
 KEY = sys.argv[2]
 for secret in (b"k", None):
     server = rendezvous.Server(secret, "job-9", 3, 0, {"client_key": KEY}, 0, host="127.0.0.1",

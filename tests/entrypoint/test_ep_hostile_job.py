@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import rendezvous
+from entrypoint.rendezvous import server as rendezvous
 from tests.entrypoint.test_ep_hostile import PACKETS, WRONG, connect, mutate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,7 +157,7 @@ def test_main_node_survives_attack_and_the_job_succeeds(local_node, tmp_path, se
 SERVER_SCRIPT = textwrap.dedent("""
     import os, resource, sys, time
     sys.path.insert(0, sys.argv[1])
-    from entrypoint import rendezvous
+    from entrypoint.rendezvous import server as rendezvous
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
     server = rendezvous.Server(b"k", "job-9", 2, 0, {"client_key": ""}, 0, host="127.0.0.1",

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import config, mca, plan
-from entrypoint.facts import NodeFacts
-from entrypoint.rendezvous import NodeInfo
+from entrypoint.launchers import mca
+from entrypoint.plan import make as plan
+from entrypoint.probe.facts import NodeFacts
+from entrypoint.rendezvous.server import NodeInfo
+from entrypoint.settings import config
 
 ROOT = Path(__file__).resolve().parents[2]
 MAIN = {"AWS_BATCH_JOB_NODE_INDEX": "0", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
@@ -127,7 +129,7 @@ def test_deepspeed_env_file_carries_the_job_environment(runner):
 def test_each_nodes_sshd_gives_ranks_that_nodes_own_credentials_id(tmp_path):
     """ECS issues the task role's credentials id per task (every MNP node is one): ranks that
     SSH starts on a node get that node's value from its sshd, via the job key's options."""
-    from entrypoint import ssh
+    from entrypoint.run import ssh
     paths = ssh.Paths(str(tmp_path))
     paths.make()
     ssh.authorize(paths, "ssh-ed25519 AAAAC3Nz", {
@@ -289,7 +291,7 @@ def test_probe_tools_never_see_the_secret(run, tmp_path, fake_probe):
 
 
 def test_main_drops_the_secret_from_its_own_environment(monkeypatch):
-    from entrypoint import main as main_mod
+    from entrypoint.run import main as main_mod
     monkeypatch.setenv("MNP_SECRET", "x")
     monkeypatch.setenv("MNP_DRY_RUN", "json")
     for name in [n for n in os.environ if n.startswith("AWS_BATCH_")]:
@@ -352,4 +354,4 @@ def test_no_wall_clock_timeouts_in_the_entrypoint():
             if isinstance(item, ast.Call) and isinstance(item.func, ast.Attribute) and \
                     item.func.attr == "time" and getattr(item.func.value, "id", "") == "time":
                 calls.append(f"{path.name}:{item.lineno}")
-    assert len(calls) == 1 and calls[0].startswith("rendezvous.py"), calls
+    assert len(calls) == 1 and calls[0].startswith("server.py"), calls

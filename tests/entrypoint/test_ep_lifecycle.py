@@ -5,7 +5,7 @@ import signal
 import sys
 import time
 
-from entrypoint import lifecycle
+from entrypoint.run import lifecycle
 
 
 def test_exit_code_mapping():

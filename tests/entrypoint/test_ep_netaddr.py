@@ -2,7 +2,7 @@
 
 import pytest
 
-from entrypoint import netaddr
+from entrypoint.probe import netaddr
 
 IFACES = [("lo", "127.0.0.1"), ("docker0", "172.17.0.1"), ("ecs-eth0", "169.254.172.2"),
           ("eth0", "10.0.1.7"), ("veth12ab", "172.18.0.1")]

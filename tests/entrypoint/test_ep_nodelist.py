@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from entrypoint import nodelist
+from entrypoint.schedulers import nodelist
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,11 @@ import json
 
 import pytest
 
-from entrypoint import config, envtable, launchers, plan
-from entrypoint.facts import NodeFacts
+from entrypoint import launchers
+from entrypoint.plan import envtable
+from entrypoint.plan import make as plan
+from entrypoint.probe.facts import NodeFacts
+from entrypoint.settings import config
 
 MAIN = {"AWS_BATCH_JOB_NODE_INDEX": "0", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
         "AWS_BATCH_JOB_NUM_NODES": "2", "MNP_SECRET": "s"}

@@ -12,7 +12,8 @@ import subprocess
 import pytest
 from test_ep_plan import gpu_efa, make, node
 
-from entrypoint import envtable, preflight
+from entrypoint.plan import envtable
+from entrypoint.probe import preflight
 
 # -- the NCCL_NET row ----------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from entrypoint import protocol
+from entrypoint.rendezvous import protocol
 
 
 def pair(secret=b"k"):

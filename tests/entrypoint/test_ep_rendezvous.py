@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from entrypoint import protocol, rendezvous
+from entrypoint.rendezvous import protocol
+from entrypoint.rendezvous import server as rendezvous
 
 SECRET = b"correct horse battery staple"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDmT1cNnhtrXNHhRkWpCZ8ClN3nc8aUtQj1lnN4hvUCw"

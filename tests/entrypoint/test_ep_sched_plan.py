@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import config, plan, schedulers
-from entrypoint.facts import NodeFacts
+from entrypoint import schedulers
+from entrypoint.plan import make as plan
+from entrypoint.probe.facts import NodeFacts
+from entrypoint.settings import config
 
 REPO = Path(__file__).resolve().parents[2]
 BINARIES = {"mpirun": "/usr/bin/mpirun", "sshd": "/usr/sbin/sshd", "python3": "/usr/bin/python3",

@@ -3,9 +3,10 @@ detection order, ``MNP_SCHEDULER``, and one-line errors naming the variable."""
 
 import pytest
 
-from entrypoint import config, schedulers
-from entrypoint.config import ConfigError
+from entrypoint import schedulers
 from entrypoint.schedulers import batch, mpijob, pytorchjob, rank, single, slurm, trainjob
+from entrypoint.settings import config
+from entrypoint.settings.config import ConfigError
 
 # What a task saw under `srun -N3 --ntasks-per-node=1` on node2 of a real Slurm 22.05 cluster
 # (the variables the adapter reads, copied from the dump).

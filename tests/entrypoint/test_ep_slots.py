@@ -2,7 +2,7 @@
 
 import os
 
-from entrypoint import slots
+from entrypoint.probe import slots
 
 
 def touch(root, path):

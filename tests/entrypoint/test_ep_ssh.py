@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from entrypoint import ssh
-from entrypoint.rendezvous import HOST_KEY_RE, NodeInfo
+from entrypoint.rendezvous.server import HOST_KEY_RE, NodeInfo
+from entrypoint.run import ssh
 
 needs_keygen = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="no ssh-keygen")
 

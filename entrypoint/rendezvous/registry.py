@@ -17,8 +17,8 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..core.log import log, printable
 from . import protocol
-from .log import log, printable
 
 NodeInfo = collections.namedtuple("NodeInfo", "index address slots host_key")
 

@@ -14,9 +14,9 @@ checking for the operator's hosts, as the operator's own base images do in their
 import os
 import time
 
+from ..core.errors import StartupError
+from ..core.log import log
 from . import ssh
-from .errors import StartupError
-from .log import log
 
 OPERATOR_PORT = 22  # the launcher's ssh has no -p: the default port
 KEYS_DIR = "/root/.ssh"  # the operator's default sshAuthMountPath

@@ -22,7 +22,7 @@ import signal
 import subprocess
 import time
 
-from .log import log
+from ..core.log import log
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 

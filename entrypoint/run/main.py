@@ -39,12 +39,16 @@ import shlex
 import sys
 import time
 
-from . import config, fabric, facts, hostfile, lifecycle, netaddr, preflight, rendezvous, ssh, worker
-from . import log as log_mod
-from . import plan as plan_mod
+from ..core import log as log_mod
+from ..core.errors import StartupError, UsageError
+from ..core.log import log, out, set_role
+from ..plan import hostfile
+from ..plan import make as plan_mod
+from ..probe import fabric, facts, netaddr, preflight
+from ..rendezvous import server as rendezvous
+from ..settings import config
+from . import lifecycle, ssh, worker
 from .batchnodes import BatchNodes
-from .errors import StartupError, UsageError
-from .log import log, out, set_role
 
 SECRET_VARIABLES = ("MNP_SECRET", "MNP_SECRET_FILE")
 

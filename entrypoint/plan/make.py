@@ -24,8 +24,13 @@ import os
 import re
 import shlex
 
-from . import fabric, hostfile, launchers, mca, planenv, preflight, schedplan
-from .registry import NodeInfo
+from .. import launchers
+from ..launchers import mca
+from ..probe import fabric, preflight
+from ..rendezvous.registry import NodeInfo
+from . import env as planenv
+from . import hostfile
+from . import roles as schedplan
 
 PLAN_VERSION = 2  # 2: "mca" entries are [name, value, source]; MPI parameters are OMPI_MCA_*
 # Names that likely hold a secret: any of these words in the name ...

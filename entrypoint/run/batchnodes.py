@@ -10,9 +10,11 @@ the flow (probe, plan, launcher supervision) is shared with every other role.
 import shlex
 import time
 
-from . import hostfile, rendezvous, ssh
-from .errors import StartupError
-from .log import log
+from ..core.errors import StartupError
+from ..core.log import log
+from ..plan import hostfile
+from ..rendezvous import server as rendezvous
+from . import ssh
 
 CHILD_FINISH_WAIT = 60.0
 

@@ -33,8 +33,8 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
+from ..core.log import Throttle, log, printable
 from . import protocol
-from .log import Throttle, log, printable
 
 MAX_PENDING = 64  # connections waiting for authentication (at least; see Server.max_pending)
 ACCEPT_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)

@@ -22,8 +22,8 @@ decision for every scheduler. What each role runs:
 import os
 from typing import Any, List, Optional, Tuple
 
-from . import launchers
-from .registry import NodeInfo
+from .. import launchers
+from ..rendezvous.registry import NodeInfo
 
 TORCHRUN_SOURCE = ("torch/distributed/argparse_util.py (env action: every torchrun option also "
                    "reads PET_<OPTION>)")

@@ -19,7 +19,8 @@ try:
 except ImportError:  # not on every platform; the memlock check is then skipped
     resource = None
 
-from . import fabric, netaddr, slots, ssh
+from ..run import ssh
+from . import fabric, netaddr, slots
 
 # Programs the launchers and the fabric probe look for.
 BINARIES = ("mpirun", "deepspeed", "torchrun", "pdsh", "sshd", "fi_info", "python3")

@@ -28,11 +28,11 @@ import re
 import shlex
 import stat
 
-from . import schedulers
-from .errors import ConfigError  # noqa: F401 (config.ConfigError: its historical home)
-from .fabric import INSTANCE_TYPES
-from .launchers import NAMES as LAUNCHERS
-from .rendezvous import MIN_HEARTBEAT_TIMEOUT
+from .. import schedulers
+from ..core.errors import ConfigError  # noqa: F401 (config.ConfigError: its historical home)
+from ..launchers import NAMES as LAUNCHERS
+from ..probe.fabric import INSTANCE_TYPES
+from ..rendezvous.server import MIN_HEARTBEAT_TIMEOUT
 
 LOCAL_LAUNCHERS = ("torchrun", "torch.distributed.launch")
 FABRICS = ("auto", "efa", "tcp")

@@ -32,25 +32,10 @@ import threading
 import time
 from typing import Dict
 
+from ..core.log import log, printable
 from . import protocol
-from .connection import (
-    LOOP_TICK,
-    MAX_PENDING,
-    Connections,
-    EventQueue,
-    RendezvousError,
-    ServerFailed,
-)
-from .log import log, printable
-from .registry import (
-    HOST_KEY_RE,
-    MAX_SLOTS,
-    NodeInfo,
-    Registry,
-    check_go,
-    job_base,
-    validate_registration,
-)
+from .connection import LOOP_TICK, MAX_PENDING, Connections, EventQueue, RendezvousError, ServerFailed
+from .registry import HOST_KEY_RE, MAX_SLOTS, NodeInfo, Registry, check_go, job_base, validate_registration
 
 __all__ = ["CLIENT_TICK", "HOST_KEY_RE", "LOOP_TICK", "MAX_SLOTS", "MIN_HEARTBEAT_TIMEOUT",
            "Client", "NodeInfo", "Rejected", "RendezvousError", "Server", "ServerFailed",

@@ -18,7 +18,7 @@ import os
 import re
 import subprocess
 
-from .log import log
+from ..core.log import log
 
 
 class Slots(object):
