@@ -1,23 +1,22 @@
-"""mnp-entrypoint: the in-container entrypoint for AWS Batch multi-node parallel (MNP) jobs.
+"""mnp-entrypoint: the in-container entrypoint of every image, under AWS Batch multi-node
+parallel jobs, Slurm (srun tasks and batch scripts), the Kubeflow operators (PyTorchJob, TrainJob,
+MPIJob) and on a single node.
 
-Every image of this project runs ``python3 -m entrypoint CMD ARGS...`` (installed as
-``/usr/local/bin/mnp-entrypoint``); the container command is the user's program. The entrypoint
+Every image runs ``python3 -m entrypoint CMD ARGS...`` (installed as
+``/usr/local/bin/mnp-entrypoint``); the container command is the user's program. The rooms, in
+the order a start goes through them (imports go only down this list):
 
-1. reads its role from the Batch variables (``config``): main node, child node, or a single node
-   when the variables are absent (a workstation);
-2. picks this node's address by a route lookup towards the main node (``netaddr``);
-3. gathers the node's facts once (``facts``: slots from GPUs/HPUs (``slots``), EFA devices and
-   versions (``fabric``), instance type, installed versions, launcher programs) and computes the
-   plan from them (``plan``: EFA or TCP, every variable from the ``envtable`` rows with its
-   reason and source, the launcher unit from ``launchers`` and its argv); ``MNP_DRY_RUN``
-   prints the plan, the run executes it;
-4. a missing launcher is a line in the dry run and an error (exit 1) when running;
-5. on a multi-node job, meets the other nodes (``rendezvous`` over ``protocol``): children register
-   with the main node (index, address, slots, SSH host key), authenticated with an HMAC when a
-   secret is set; the main node waits for every index, at most ``MNP_WAIT_TIMEOUT`` seconds;
-6. sets up per-job SSH (``ssh``), writes the hostfiles (``hostfile``), recomputes the plan with
-   the real node table and runs its command (built by its ``launchers`` unit) as a supervised child
-   (``lifecycle``), forwarding signals, reaping zombies and exiting with the launcher's status.
+1. ``core``: one-line errors, the log, shared limits, the node record, version ranges.
+2. ``schedulers``: who started this process and the ``NodeTable`` it gives (role, ranks, hosts).
+3. ``probe``: the node's facts, gathered once (address, devices, EFA, versions, programs); the
+   EFA preflight's checks.
+4. ``launchers``: one unit per launcher behind one interface (its argv from a ``LaunchRequest``).
+5. ``settings``: the ``MNP_*`` settings and the scheduler's table, read once (``config``).
+6. ``plan``: ``make_plan(settings, facts)``, the one decision for every scheduler; the dry run
+   prints it, the run executes it.
+7. ``rendezvous``: Batch's nodes meet the main node (bounded, authenticated registration).
+8. ``run``: the flow (``main``), Batch's main and children, the MPIJob worker, SSH, and the
+   supervised launcher whose exit status becomes the job's.
 
 It uses the Python standard library only and runs on Python 3.6 and newer. The user-facing
 documentation is ``docs/entrypoint.md``.

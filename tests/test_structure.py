@@ -16,6 +16,10 @@ PACKAGES = ("matrix", "entrypoint")
 MAX_LINES = 600
 # matrix/'s rooms in pipeline order: a module may import its own room and the rooms before it.
 ROOMS = ("errors", "model", "image", "deploy", "cli")
+# entrypoint/'s rooms in pipeline order (docs/architecture.md): settings and probes below the plan,
+# the plan below the rendezvous and the run, nothing below importing the rendezvous server.
+ENTRYPOINT_ROOMS = ("core", "schedulers", "probe", "launchers", "settings", "plan", "rendezvous",
+                    "run")
 
 
 def module_files(package: str) -> dict[str, Path]:
@@ -111,14 +115,40 @@ def test_every_matrix_module_lives_in_a_room():
 
 
 def test_matrix_imports_only_go_down_the_pipeline():
+    assert uphill_imports("matrix", ROOMS) == []
+
+
+def uphill_imports(package: str, rooms: tuple[str, ...]) -> list[str]:
+    """``a imports b`` for every import of ``package`` from a room after its own."""
     uphill = []
     for name, targets in GRAPH.items():
-        if not name.startswith("matrix.") or room(name) == "__init__":
+        if not name.startswith(package + ".") or room(name) in ("__init__", "__main__"):
             continue
         for target in targets:
-            if target.startswith("matrix") and ROOMS.index(room(target)) > ROOMS.index(room(name)):
+            if target.startswith(package + ".") and \
+                    rooms.index(room(target)) > rooms.index(room(name)):
                 uphill.append(f"{name} imports {target}")
-    assert uphill == []
+    return sorted(uphill)
+
+
+def test_every_entrypoint_module_lives_in_a_room():
+    """entrypoint/ holds only its __init__ and __main__ and the rooms' subpackages."""
+    names = module_files("entrypoint")
+    loose = [name for name in names if room(name) not in ENTRYPOINT_ROOMS + ("__init__", "__main__")]
+    assert loose == []
+    assert {room(name) for name in names} == set(ENTRYPOINT_ROOMS) | {"__init__", "__main__"}
+
+
+def test_entrypoint_imports_only_go_down_the_pipeline():
+    assert uphill_imports("entrypoint", ENTRYPOINT_ROOMS) == []
+
+
+def test_the_uphill_check_sees_an_uphill_import(monkeypatch):
+    """Guard: a probe that imported the plan would be reported."""
+    monkeypatch.setitem(GRAPH, "entrypoint.probe.facts",
+                        GRAPH["entrypoint.probe.facts"] | {"entrypoint.plan.make"})
+    assert uphill_imports("entrypoint", ENTRYPOINT_ROOMS) == [
+        "entrypoint.probe.facts imports entrypoint.plan.make"]
 
 
 def test_the_entrypoint_imports_nothing_from_matrix():

@@ -12,10 +12,17 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..run.ssh import NODE_SSH_ENV
-
 PYTHON_RE = re.compile(r"^python(\d+(\.\d+)*)?$")
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# Variables whose value belongs to this node's container, not the main node's: ECS issues the
+# task role's credentials id and the metadata URIs per task, and every Batch MNP node is its own
+# task. Ranks started over SSH get this node's values from its sshd (``environment=`` options on
+# the job's key), never the main node's (``launchers.base.NODE_SPECIFIC`` keeps them out of
+# mpirun -x and DeepSpeed's env file).
+NODE_SSH_ENV = ("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                "AWS_CONTAINER_AUTHORIZATION_TOKEN", "ECS_CONTAINER_METADATA_URI",
+                "ECS_CONTAINER_METADATA_URI_V4")
 
 # Not passed from the main node to the other nodes' ranks: what differs per node or container,
 # what the shell or SSH sets per session, and the entrypoint's own secrets. Everything else of the

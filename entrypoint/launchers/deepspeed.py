@@ -8,7 +8,7 @@ Main node only: ``deepspeed --hostfile <file> --launcher <pdsh|openmpi> --master
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..plan import envtable
+from ..core import versions
 from .base import Unit, split_program
 
 DS_ENV_FILE_MIN = ">=0.10.1"  # DeepSpeed PR #4006 (merged 2023-07-20): DS_ENV_FILE
@@ -30,7 +30,7 @@ def env_target(deepspeed_version: Optional[str], state_dir: str, home: str,
     """``(path, via)``: where the exported variables go so DeepSpeed passes them to every node."""
     if "DS_ENV_FILE" in user_env:
         return None, "DS_ENV_FILE set by the user: theirs is used"
-    if envtable.in_range(deepspeed_version, DS_ENV_FILE_MIN):
+    if versions.in_range(deepspeed_version, DS_ENV_FILE_MIN):
         return state_dir.rstrip("/") + "/deepspeed_env", "DS_ENV_FILE"
     return home.rstrip("/") + "/.deepspeed_env", "~/.deepspeed_env (DeepSpeed %s reads no "\
         "DS_ENV_FILE)" % (deepspeed_version or "of unknown version")
@@ -39,7 +39,7 @@ def env_target(deepspeed_version: Optional[str], state_dir: str, home: str,
 def single_node_args(deepspeed_version: Optional[str]) -> List[str]:
     """Extra runner arguments for a single-node job: its hostfile lists only this node, which
     DeepSpeed's runner starts locally, with no SSH, once past its SSH check."""
-    if envtable.in_range(deepspeed_version, NO_SSH_CHECK_MIN):
+    if versions.in_range(deepspeed_version, NO_SSH_CHECK_MIN):
         return ["--no_ssh_check"]
     return []
 

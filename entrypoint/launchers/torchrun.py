@@ -12,7 +12,7 @@ lives there, so its store must be there. On Batch that is normally the main node
 
 from typing import Dict, List, Optional, Sequence
 
-from ..plan import envtable
+from ..core import versions
 from .base import Unit, split_program
 
 TORCHRUN_MIN = ">=1.9.0"  # torch.distributed.run (torchelastic) ships from PyTorch 1.9.0
@@ -28,7 +28,7 @@ UNIT = Unit("torchrun", False, "runs the same torchrun with --node_rank <index>"
 def fallback(pytorch_version: Optional[str]) -> Optional[str]:
     """The note when torchrun must become ``torch.distributed.launch`` (PyTorch < 1.9), else
     ``None``."""
-    if envtable.in_range(pytorch_version, TORCHRUN_MIN) is False:
+    if versions.in_range(pytorch_version, TORCHRUN_MIN) is False:
         return ("PyTorch %s has no torch.distributed.run (new in 1.9.0): using "
                 "torch.distributed.launch" % pytorch_version)
     return None

@@ -8,8 +8,8 @@ merges it with the user's environment (``merge``: the user's values win).
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..core.nodes import NodeInfo
 from ..probe import fabric
-from ..rendezvous.registry import NodeInfo
 from . import envtable, hostfile
 
 OFI_RENAME = ("https://github.com/aws/aws-ofi-nccl/blob/master/RELEASENOTES.md 'v1.15.0' (the "

@@ -25,9 +25,9 @@ import re
 import shlex
 
 from .. import launchers
+from ..core.nodes import NodeInfo
 from ..launchers import mca
 from ..probe import fabric, preflight
-from ..rendezvous.registry import NodeInfo
 from . import env as planenv
 from . import hostfile
 from . import roles as schedplan

@@ -23,7 +23,7 @@ import os
 from typing import Any, List, Optional, Tuple
 
 from .. import launchers
-from ..rendezvous.registry import NodeInfo
+from ..core.nodes import NodeInfo
 
 TORCHRUN_SOURCE = ("torch/distributed/argparse_util.py (env action: every torchrun option also "
                    "reads PET_<OPTION>)")

@@ -11,6 +11,7 @@ table instead, so ``invoke explain`` shows the plan a real node of that stack wo
 
 import glob
 import os
+import pwd
 import re
 import shutil
 
@@ -19,8 +20,27 @@ try:
 except ImportError:  # not on every platform; the memlock check is then skipped
     resource = None
 
-from ..run import ssh
 from . import fabric, netaddr, slots
+
+SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd", "/sbin/sshd")
+
+
+def current_user():
+    """The account sshd must let in: the real uid's passwd name. Not ``$USER``/``$LOGNAME``
+    (``getpass.getuser``): a root container with ``USER=ubuntu`` would otherwise allow
+    ``ubuntu`` and refuse root."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # no passwd entry for this uid
+        return "root" if os.getuid() == 0 else str(os.getuid())
+
+
+def find_sshd():
+    for path in SSHD_CANDIDATES:
+        if os.access(path, os.X_OK):
+            return path
+    found = shutil.which("sshd")
+    return os.path.abspath(found) if found else None
 
 # Programs the launchers and the fabric probe look for.
 BINARIES = ("mpirun", "deepspeed", "torchrun", "pdsh", "sshd", "fi_info", "python3")
@@ -174,7 +194,7 @@ def probe(cfg, environ, root="/", run=None, which=None, imds=None, address=None)
         facts.binaries[name] = os.path.abspath(found) if found else None
     if root == "/" and not facts.binaries.get("sshd"):
         # /usr/sbin is often not on a non-root PATH; the entrypoint starts sshd by full path
-        facts.binaries["sshd"] = ssh.find_sshd()
+        facts.binaries["sshd"] = find_sshd()
     if facts.efa_devices and facts.binaries.get("fi_info"):
         out = run(["fi_info", "-p", "efa"])
         facts.fi_info_efa = None if out is None else ("provider: efa" in out)
@@ -239,4 +259,4 @@ def _versions(facts, root, run):
 
 
 def _user():
-    return ssh.current_user()
+    return current_user()

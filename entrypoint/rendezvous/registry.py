@@ -10,20 +10,18 @@ Pure bookkeeping, no sockets (``connection`` owns those): the registration check
   ``lost`` event: the main node fails the job instead of hanging.
 """
 
-import collections
 import ipaddress
 import re
 import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..core.limits import MAX_SLOTS
 from ..core.log import log, printable
+from ..core.nodes import NodeInfo
 from . import protocol
 
-NodeInfo = collections.namedtuple("NodeInfo", "index address slots host_key")
-
 HOST_KEY_RE = re.compile(r"^(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa) [A-Za-z0-9+/]+=*\Z")
-MAX_SLOTS = 4096
 
 
 def job_base(job_id):

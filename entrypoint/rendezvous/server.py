@@ -32,6 +32,7 @@ import threading
 import time
 from typing import Dict
 
+from ..core.limits import MIN_HEARTBEAT_TIMEOUT
 from ..core.log import log, printable
 from . import protocol
 from .connection import LOOP_TICK, MAX_PENDING, Connections, EventQueue, RendezvousError, ServerFailed
@@ -44,9 +45,6 @@ __all__ = ["CLIENT_TICK", "HOST_KEY_RE", "LOOP_TICK", "MAX_SLOTS", "MIN_HEARTBEA
 CLIENT_TICK = 0.5  # the client loop wakes at least this often
 STOP_POLL = 0.25  # while registering, stop() is checked at least this often
 # The smallest heartbeat timeout the protocol tolerates: a child sends a heartbeat at most every
-# max(hb_interval, CLIENT_TICK) s and the server checks every LOOP_TICK s, so silence of ~0.7 s
-# is normal on an idle, healthy link; 2 s leaves room for a busy node's scheduling delays.
-MIN_HEARTBEAT_TIMEOUT = 2.0
 
 
 class Rejected(RendezvousError):

@@ -238,7 +238,7 @@ class Runner(BatchNodes):
         return self.run_launcher(plan, server=None)
 
     def start_sshd(self):
-        sshd = ssh.find_sshd()
+        sshd = facts.find_sshd()
         if sshd is None:
             raise StartupError("sshd not found (install openssh-server) but MNP_LAUNCHER=%s "
                                "needs SSH; use MNP_LAUNCHER=torchrun to run without it"

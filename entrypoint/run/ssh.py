@@ -16,28 +16,18 @@ Only public keys cross the network. Private keys stay in ``$MNP_STATE_DIR/ssh`` 
 
 import contextlib
 import os
-import pwd
 import re
 import shutil
 import subprocess
 import time
 
-SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd", "/sbin/sshd")
+from ..launchers.base import NODE_SSH_ENV
+
 HOST_RE = re.compile(r"^[0-9A-Za-z.:-]+$")  # IPv4 literals (and host names in tests)
 
 
 class SshError(Exception):
     pass
-
-
-def current_user():
-    """The account sshd must let in: the real uid's passwd name. Not ``$USER``/``$LOGNAME``
-    (``getpass.getuser``): a root container with ``USER=ubuntu`` would otherwise allow
-    ``ubuntu`` and refuse root."""
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:  # no passwd entry for this uid
-        return "root" if os.getuid() == 0 else str(os.getuid())
 
 
 def keygen(path, comment):
@@ -57,14 +47,6 @@ def keygen(path, comment):
     with open(path + ".pub") as handle:
         parts = handle.read().split()
     return " ".join(parts[:2])
-
-
-def find_sshd():
-    for path in SSHD_CANDIDATES:
-        if os.access(path, os.X_OK):
-            return path
-    found = shutil.which("sshd")
-    return os.path.abspath(found) if found else None
 
 
 class Paths(object):
@@ -178,14 +160,6 @@ def prepare_server(paths, port, user, comment):
     return host_pub
 
 
-# Variables whose value belongs to this node's container, not the main node's: ECS issues the
-# task role's credentials id and the metadata URIs per task, and every Batch MNP node is its own
-# task. Ranks started over SSH get this node's values from its sshd (``environment=`` options on
-# the job's key), never the main node's (``launchers.base.NODE_SPECIFIC`` keeps them out of
-# mpirun -x and DeepSpeed's env file).
-NODE_SSH_ENV = ("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-                "AWS_CONTAINER_AUTHORIZATION_TOKEN", "ECS_CONTAINER_METADATA_URI",
-                "ECS_CONTAINER_METADATA_URI_V4")
 _OPTION_VALUE_RE = re.compile(r'^[^"\\\x00-\x1f\x7f]*$')
 
 

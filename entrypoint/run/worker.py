@@ -16,6 +16,7 @@ import time
 
 from ..core.errors import StartupError
 from ..core.log import log
+from ..probe import facts
 from . import ssh
 
 OPERATOR_PORT = 22  # the launcher's ssh has no -p: the default port
@@ -38,7 +39,7 @@ def serve(runner):
         raise StartupError("%s is missing: an MPIJob worker takes the launcher's key from the "
                            "operator's SSH Secret, mounted at sshAuthMountPath (default %s)"
                            % (keys, KEYS_DIR))
-    sshd = ssh.find_sshd()
+    sshd = facts.find_sshd()
     if sshd is None:
         raise StartupError("sshd not found (install openssh-server): an MPIJob worker serves "
                            "SSH for the launcher")

@@ -18,9 +18,9 @@ made this process one rank: run the command).
 from typing import Any, Dict, List, Mapping, Optional
 
 from ..core.errors import ConfigError
+from ..core.limits import MAX_NODES, MAX_SLOTS  # noqa: F401 (the adapters import them from here)
 
 ROLES = ("single", "main", "child", "peer", "launcher", "worker", "rank")
-MAX_NODES = 10000  # as config.MAX_NODES: a typo cannot make a ten-million-line hostfile
 SHOWN_HOSTS = 8  # the dry run names this many hosts, then counts the rest
 
 
@@ -167,4 +167,4 @@ def slots_value(env: Mapping[str, str], name: str) -> Optional[int]:
     raw = get(env, name)
     if raw is None or not raw.lstrip("-").isdigit():
         return None
-    return integer(env, name, minimum=1, maximum=4096)
+    return integer(env, name, minimum=1, maximum=MAX_SLOTS)

@@ -12,7 +12,7 @@ import os
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ..core.errors import ConfigError
-from .base import MAX_NODES, NodeTable, first, get
+from .base import MAX_NODES, MAX_SLOTS, NodeTable, first, get
 
 NAME = "mpijob"
 SOURCE = ("https://github.com/kubeflow/mpi-operator/blob/master/pkg/controller/"
@@ -84,8 +84,8 @@ def _hostfile_line(line: str, where: str, variable: str) -> Tuple[str, Optional[
         if word.startswith("slots="):
             count = word[len("slots="):]
     if count is not None:
-        if not count.isdigit() or not 1 <= int(count) <= 4096:
-            raise ConfigError(variable, "%s: %r is not a slot count 1-4096" % (where, count))
+        if not count.isdigit() or not 1 <= int(count) <= MAX_SLOTS:
+            raise ConfigError(variable, "%s: %r is not a slot count 1-%d" % (where, count, MAX_SLOTS))
         return host, int(count)
     return host, None
 

@@ -30,9 +30,9 @@ import stat
 
 from .. import schedulers
 from ..core.errors import ConfigError  # noqa: F401 (config.ConfigError: its historical home)
+from ..core.limits import MAX_NP, MAX_SECONDS, MAX_SLOTS, MIN_HEARTBEAT_TIMEOUT
 from ..launchers import NAMES as LAUNCHERS
 from ..probe.fabric import INSTANCE_TYPES
-from ..rendezvous.server import MIN_HEARTBEAT_TIMEOUT
 
 LOCAL_LAUNCHERS = ("torchrun", "torch.distributed.launch")
 FABRICS = ("auto", "efa", "tcp")
@@ -76,13 +76,6 @@ PREFIX = "MNP_"
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
 
-# Bounds on every number read from the environment, so a typo cannot make the entrypoint build a
-# ten-million-line hostfile or wait for a year. AWS Batch's own limit is far lower: a multi-node
-# job has at most 1000 nodes (docs.aws.amazon.com/batch/latest/userguide/multi-node-parallel-jobs
-# .html and service quotas); the cap leaves room and keeps a dry run instant.
-MAX_NODES = 10000
-MAX_NP = 10000 * 4096
-MAX_SECONDS = 7 * 24 * 3600.0  # a week: longer than any Batch attempt duration we expect
 MAX_SECRET_BYTES = 64 * 1024
 # MNP_STATE_DIR ends up in ssh_config lines (where %% and spaces are special) and in
 # OMPI_MCA_plm_rsh_args, which Open MPI splits on white space: allow only characters that need
@@ -326,7 +319,7 @@ def load(env=None):
     cfg.launcher_explicit = bool(_get(env, "MNP_LAUNCHER"))
     cfg.launcher = _choice(env, "MNP_LAUNCHER", LAUNCHERS, "mpirun")
     cfg.wait_timeout = _seconds(env, "MNP_WAIT_TIMEOUT", 600.0, minimum=1.0)
-    cfg.slots_override = _int(env, "MNP_SLOTS_PER_NODE", None, minimum=1, maximum=4096)
+    cfg.slots_override = _int(env, "MNP_SLOTS_PER_NODE", None, minimum=1, maximum=MAX_SLOTS)
     cfg.np_override = _int(env, "MNP_NP", None, minimum=1, maximum=MAX_NP)
     cfg.fabric = _choice(env, "MNP_FABRIC", FABRICS, "auto")
     iface = _get(env, "MNP_NETWORK_INTERFACE")

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from rich.console import Console
 
 from entrypoint import launchers as launcher_units
-from entrypoint.settings import config as entrypoint_config
+from entrypoint.core.limits import MAX_NODES
 from matrix.errors import UsageError, UserError, did_you_mean, excerpt
 from matrix.model.entities import Matrix
 from matrix.model.settings import GENERATED, ROOT
@@ -50,7 +50,6 @@ BUILD_METADATA = ROOT / ".mnp" / "build-metadata.json"
 # is a note, not an error: "You can have up to 1,000 nodes in a single job. This is the default
 # limit ... You can request to increase this limit." (AWS Batch User Guide, "Node groups",
 # https://docs.aws.amazon.com/batch/latest/userguide/mnp-node-groups.html).
-MAX_NODES = entrypoint_config.MAX_NODES
 BATCH_DEFAULT_MAX_NODES = 1000
 BATCH_NODES_SOURCE = ("AWS Batch User Guide, \"Node groups\": "
                       "https://docs.aws.amazon.com/batch/latest/userguide/mnp-node-groups.html")

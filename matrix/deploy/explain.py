@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from entrypoint import launchers, schedulers
+from entrypoint.core.limits import MAX_NODES
 from entrypoint.plan import make as ep_plan
 from entrypoint.probe.facts import NodeFacts
 from entrypoint.settings import config
@@ -189,10 +190,10 @@ def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
                            f"({', '.join(sorted(INSTANCE_TYPES))})")
     if launcher is not None and launcher not in launchers.NAMES:
         raise ExplainError(f"--launcher {launcher!r} is not one of {', '.join(launchers.NAMES)}")
-    if not 1 <= nodes <= config.MAX_NODES:
+    if not 1 <= nodes <= MAX_NODES:
         # the entrypoint refuses more nodes (AWS_BATCH_JOB_NUM_NODES): say so before it does
         raise ExplainError(f"--nodes {nodes}: expected a whole number from 1 to "
-                           f"{config.MAX_NODES} (the entrypoint's limit)")
+                           f"{MAX_NODES} (the entrypoint's limit)")
     stack = matrix.stacks[stack_name]
     instance = INSTANCE_TYPES[instance_type]
     # the check invoke jobdef makes: the stack's rules as if it targeted only this type

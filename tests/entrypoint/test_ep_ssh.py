@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from entrypoint.probe import facts
 from entrypoint.rendezvous.server import HOST_KEY_RE, NodeInfo
 from entrypoint.run import ssh
 
@@ -118,4 +119,4 @@ def test_ssh_user_is_the_real_uid_not_USER(monkeypatch):
     """Issue 12, Medium 7: root with USER=ubuntu must get AllowUsers root."""
     monkeypatch.setenv("USER", "ubuntu")
     monkeypatch.setenv("LOGNAME", "ubuntu")
-    assert ssh.current_user() == pwd.getpwuid(os.getuid()).pw_name
+    assert facts.current_user() == pwd.getpwuid(os.getuid()).pw_name
