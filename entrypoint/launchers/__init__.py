@@ -1,8 +1,10 @@
-"""Launchers as units, one module each on a shared ``base``; ``plan`` picks one and calls its ``argv``.
+"""Launchers as units behind one interface (``base.Unit``), one module each; ``plan`` builds a
+``LaunchRequest`` and calls ``unit.launch(request)``.
 
-Each unit module holds what its launcher needs (SSH, a program on PATH), what children do, how
-the environment reaches the other nodes' ranks (``UNIT``), where that comes from (``SOURCE``) and
-its command line (``argv``). ``invoke jobdef --launcher`` accepts exactly ``NAMES``.
+Each unit module holds one ``Unit`` subclass and its instance ``UNIT``: what its launcher needs
+(SSH, a program on PATH), what children do, how the environment reaches the other nodes' ranks,
+where that comes from (``SOURCE``) and its command line. ``invoke jobdef --launcher`` and
+``MNP_LAUNCHER`` accept exactly ``names()``.
 
 - ``mpirun``: SSH; children start nothing (orted arrives over SSH); ``mpirun -x NAME``.
 - ``deepspeed``: SSH; children start nothing (pdsh or mpirun reaches them); ``DS_ENV_FILE``
@@ -12,35 +14,68 @@ its command line (``argv``). ``invoke jobdef --launcher`` accepts exactly ``NAME
 - ``none``: SSH set up; the command (a script calling a launcher) runs on the main node.
 
 ``torchrun`` on PyTorch older than 1.9 (no ``torch.distributed.run``) becomes
-``torch.distributed.launch``, which PyTorch had since 1.0. Scheduler adapters (how a job's nodes
-learn their role and addresses) are a separate concern and live beside this package.
+``torch.distributed.launch``, which PyTorch had since 1.0. A new launcher is one module with its
+``Unit`` subclass, plus ``register(module.UNIT)`` (below, for the built-in ones).
 """
 
-from typing import Optional, Tuple
+import os
+from collections import OrderedDict
+from typing import List, Optional, Tuple
 
 from . import deepspeed, distributed_launch, mpirun, none, torchrun
-from .base import export_names, split_program
+from .base import Unit
 
-_MODULES = (mpirun, deepspeed, torchrun, distributed_launch, none)
-UNITS = dict((m.UNIT.name, m.UNIT) for m in _MODULES)
-NAMES = tuple(m.UNIT.name for m in _MODULES)
-SOURCES = dict((m.UNIT.name, m.SOURCE) for m in _MODULES)
+UNITS = OrderedDict()  # type: OrderedDict
+AS_IS = none.UNIT.name  # the unit that runs the command itself
+# The launcher each role runs when MNP_LAUNCHER is not set (others: ``EVERY_NODE``).
+ROLE_DEFAULTS = {"launcher": mpirun.UNIT.name, "peer": torchrun.UNIT.name, "rank": AS_IS,
+                 "worker": AS_IS}
+EVERY_NODE = torchrun.UNIT.name  # where the scheduler started one entrypoint per node
+BATCH_DEFAULT = mpirun.UNIT.name  # MNP_LAUNCHER's default (AWS Batch's main node)
+# Commands that are themselves launchers but no unit here: under a scheduler that wired the nodes
+# they run as is, like the units' own programs.
+OTHER_PROGRAMS = ("srun", "horovodrun")
 
-# The command-line builders under their names from before the units (entrypoint/launch.py).
-mpirun_argv = mpirun.argv
-deepspeed_argv = deepspeed.argv
-torchrun_argv = torchrun.argv
 
-__all__ = ["NAMES", "SOURCES", "UNITS", "deepspeed", "deepspeed_argv", "distributed_launch",
-           "export_names", "mpirun", "mpirun_argv", "none", "resolve", "split_program",
-           "torchrun", "torchrun_argv"]
+def register(unit: Unit) -> None:
+    """Make ``unit`` a launcher ``MNP_LAUNCHER`` may name (a later one of a name replaces it)."""
+    UNITS[unit.name] = unit
+
+
+def unregister(name: str) -> None:
+    UNITS.pop(name, None)
+
+
+for _module in (mpirun, deepspeed, torchrun, distributed_launch, none):
+    register(_module.UNIT)
+NAMES = tuple(UNITS)  # the built-in units, in the order the docs list them
+
+
+def names() -> Tuple[str, ...]:
+    """Every registered unit's name."""
+    return tuple(UNITS)
 
 
 def resolve(requested: str, pytorch_version: Optional[str]) -> Tuple[str, Optional[str]]:
     """``(unit name, note or None)``: ``torchrun`` falls back to ``torch.distributed.launch`` on
     PyTorch older than 1.9."""
-    if requested == "torchrun":
+    if requested == torchrun.UNIT.name:
         note = torchrun.fallback(pytorch_version)
         if note:
             return distributed_launch.UNIT.name, note
     return requested, None
+
+
+def launcher_command(command: List[str]) -> Optional[str]:
+    """The launcher the command itself calls (``torchrun train.py``, as Kubeflow's examples
+    write it), or None."""
+    if not command:
+        return None
+    program = os.path.basename(command[0])
+    units = list(UNITS.values())
+    if program in OTHER_PROGRAMS or any(program in unit.programs for unit in units):
+        return program
+    if program.startswith("python") and len(command) > 2 and command[1] == "-m" and \
+            any(command[2] in unit.modules for unit in units):
+        return "%s -m %s" % (program, command[2])
+    return None

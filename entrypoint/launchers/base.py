@@ -1,8 +1,11 @@
-"""The launcher units' shared base: the ``Unit`` record, the user's command, what every rank gets.
+"""The launcher units' shared base: the ``Unit`` interface, the ``LaunchRequest`` a unit reads and
+the ``Launch`` it returns, the user's command, what every rank gets.
 
-A launcher unit is one module of this package: its ``UNIT`` (whether it needs SSH, what children
-do, how the environment reaches other nodes' ranks, the program the plan looks for), its
-``SOURCE`` and its ``argv`` builder.
+A launcher unit is one module of this package holding one ``Unit`` subclass and its instance
+``UNIT``: what the launcher needs (SSH, a program on PATH), what children do, how the environment
+reaches other nodes' ranks, where that is documented (``SOURCE``), and ``launch(request)``: its
+command line, with the problems, notes and files that go with it. The plan builds one
+``LaunchRequest`` and calls ``unit.launch(request)``; it never names a launcher.
 
 The container command is the user's program as they would hand it to the launcher:
 ``python3 train.py args``, ``train.py args``, ``python3 -m pkg.train args`` or any executable.
@@ -43,22 +46,95 @@ NODE_SPECIFIC = (
 NODE_SPECIFIC_PREFIXES = ("OMPI_", "PMIX_", "SLURM_", "SLURMD_")
 
 
-class Unit(object):
-    """One launcher: what it needs, what it does on children, how it passes the environment."""
+class LaunchRequest(object):
+    """Everything a unit's command line depends on, typed, from the plan.
 
-    def __init__(self, name: str, needs_ssh: bool, on_children: str, env_propagation: str,
-                 binary: Optional[str], source: str) -> None:
-        self.name = name
-        self.needs_ssh = needs_ssh
-        self.on_children = on_children
-        self.env_propagation = env_propagation
-        self.binary = binary  # the program the plan looks for on PATH, or None
-        self.source = source
+    ``command``: the user's program; ``table``: the node table (``NodeInfo`` rows); ``node_index``:
+    this node's; ``slots``: processes per node; ``np``: processes in all; ``master``: node 0's
+    address and ``MNP_MASTER_PORT``; ``scheduler_master``: the master address and port the
+    scheduler gives (``master`` where it gives none); ``elastic``: the scheduler's elastic
+    rendezvous (``schedulers.base.Elastic``) for a peer, else None; ``hostfile``: the Open MPI
+    hostfile's path ("" where the scheduler's hosts are used); ``exports``: the names every rank
+    gets; ``launcher_args``: ``MNP_LAUNCHER_ARGS`` as the unit receives them; ``environment``: the
+    command's full environment; ``user_env``: the user's own; ``facts``: the node's facts;
+    ``settings``: the entrypoint's settings (a unit reads its own, e.g. DeepSpeed's runner)."""
+
+    def __init__(self, command: Sequence[str], table: Sequence[Any], node_index: int,
+                 slots: int, np: int, master: Tuple[str, int],
+                 scheduler_master: Tuple[str, int], hostfile: str, exports: Sequence[str],
+                 launcher_args: Sequence[str], environment: Dict[str, str],
+                 user_env: Dict[str, str], facts: Any, settings: Any,
+                 elastic: Optional[Any] = None) -> None:
+        self.command = list(command)
+        self.table = list(table)
+        self.node_index = node_index
+        self.slots = slots
+        self.np = np
+        self.master = master
+        self.scheduler_master = scheduler_master
+        self.elastic = elastic
+        self.hostfile = hostfile
+        self.exports = list(exports)
+        self.launcher_args = list(launcher_args)
+        self.environment = environment
+        self.user_env = user_env
+        self.facts = facts
+        self.settings = settings
+
+
+class Launch(object):
+    """What a unit returns: its argv and what goes with it. ``info``: keys added to the plan's
+    ``launcher`` record; ``files``: ``{"path", "content", "why"}`` to write before the start;
+    ``environment``: ``name -> (value, reason, source)`` set for the command."""
+
+    def __init__(self, argv: List[str]) -> None:
+        self.argv = argv
+        self.problems = []  # type: List[str]
+        self.notes = []  # type: List[str]
+        self.files = []  # type: List[Dict[str, str]]
+        self.info = {}  # type: Dict[str, str]
+        self.environment = {}  # type: Dict[str, Tuple[str, str, str]]
+
+
+class Unit(object):
+    """One launcher. Subclasses set the class attributes and override ``launch``.
+
+    ``needs_ssh``: it reaches other nodes over SSH; ``starts_without_ssh``: it can run where a
+    scheduler started one entrypoint per node and serves no SSH; ``reaches_hosts``: from a
+    launcher role it starts ranks on the scheduler's hosts; ``joins_elastic``: it joins an elastic
+    rendezvous; ``programs``/``modules``: how a command that is itself this launcher starts."""
+
+    name = ""
+    needs_ssh = False
+    on_children = ""
+    env_propagation = ""
+    binary = None  # type: Optional[str]  # the program the plan looks for on PATH
+    source = ""
+    starts_without_ssh = False
+    reaches_hosts = False
+    joins_elastic = False
+    programs = ()  # type: Tuple[str, ...]
+    modules = ()  # type: Tuple[str, ...]
 
     def to_dict(self) -> Dict[str, Any]:
         return {"name": self.name, "needs_ssh": self.needs_ssh, "on_children": self.on_children,
                 "env_propagation": self.env_propagation, "binary": self.binary,
                 "source": self.source}
+
+    def launch(self, request: LaunchRequest) -> Launch:
+        raise NotImplementedError
+
+    def prepare_environment(self, environment: Dict[str, str]) -> List[str]:
+        """Change the command's environment before the start (in place); returns notes."""
+        return []
+
+    def uses_mpi(self, request: LaunchRequest) -> bool:
+        """Whether Open MPI's mpirun starts the ranks (the plan then sets the MPI parameters)."""
+        return False
+
+    def mpi_findings(self, params: Sequence[Any]) -> Tuple[List[str], List[str]]:
+        """``(notes, problems)`` about the merged MPI parameters for this launcher."""
+        return [], []
 
 
 def is_python(arg: str) -> bool:
@@ -90,6 +166,18 @@ def python_program(command: Sequence[str]) -> List[str]:
     if command and command[0].endswith(".py") and not is_python(command[0]):
         return ["python3"] + list(command)
     return list(command)
+
+
+def program_tail(command: Sequence[str], module_flag: str,
+                 exec_flags: Sequence[str]) -> Tuple[List[str], str]:
+    """``(tail, kind)``: the user's program as a Python launcher takes it after its own options:
+    a script as is, ``module_flag`` before a module, ``exec_flags`` before anything else."""
+    kind, rest = split_program(command)
+    if kind == "module":
+        return [module_flag] + rest, kind
+    if kind == "script":
+        return rest, kind
+    return list(exec_flags) + rest, kind
 
 
 def split_program(command: Sequence[str]) -> Tuple[str, List[str]]:

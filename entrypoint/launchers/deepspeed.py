@@ -6,10 +6,13 @@ Main node only: ``deepspeed --hostfile <file> --launcher <pdsh|openmpi> --master
 (DeepSpeed >= 0.10.1), else ``~/.deepspeed_env``.
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple
+import re
+import shlex
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..core import versions
-from .base import Unit, split_program
+from . import mca
+from .base import Launch, LaunchRequest, Unit, program_tail
 
 DS_ENV_FILE_MIN = ">=0.10.1"  # DeepSpeed PR #4006 (merged 2023-07-20): DS_ENV_FILE
 # DeepSpeed PR #1957 (merged 2022-05-17, first in 0.6.5: determined-ai/determined PR #4156 of
@@ -20,9 +23,97 @@ NO_SSH_CHECK_MIN = ">=0.6.5"
 SOURCE = ("https://github.com/deepspeedai/DeepSpeed/pull/4006 (DS_ENV_FILE, merged "
           "2023-07-20, in 0.10.1); PR #117 (~/.deepspeed_env, 2020); PR #1957 (--no_ssh_check, "
           "merged 2022-05-17); deepspeed/launcher/runner.py (pdsh default, openmpi runner)")
-UNIT = Unit("deepspeed", True, "nothing to start: DeepSpeed's runner (pdsh or "
-            "mpirun) reaches this node over SSH",
-            "DS_ENV_FILE (DeepSpeed >= 0.10.1) or ~/.deepspeed_env", "deepspeed", SOURCE)
+# DeepSpeed's runners write each env-file line as ``export NAME=VALUE`` for pdsh's remote shell
+# (unquoted before DeepSpeed PR #5878, double-quoted after): only values that need no quoting in
+# either form go through the file; the plan names the others.
+SAFE_VALUE = re.compile(r"^[A-Za-z0-9_@%+=:,./^-]*$")
+
+
+class DeepSpeed(Unit):
+    name = "deepspeed"
+    needs_ssh = True
+    on_children = "nothing to start: DeepSpeed's runner (pdsh or mpirun) reaches this node over SSH"
+    env_propagation = "DS_ENV_FILE (DeepSpeed >= 0.10.1) or ~/.deepspeed_env"
+    binary = "deepspeed"
+    source = SOURCE
+    reaches_hosts = True
+    programs = ("deepspeed",)
+    modules = ("deepspeed.launcher.runner",)
+
+    def uses_mpi(self, request: LaunchRequest) -> bool:
+        return runner(request.settings, request.facts)[0] == "openmpi"
+
+    def mpi_findings(self, params: Sequence[Any]) -> Tuple[List[str], List[str]]:
+        return mca.runner_conflicts(params)
+
+    def launch(self, request: LaunchRequest) -> Launch:
+        facts, settings = request.facts, request.settings
+        chosen, why = runner(settings, facts)
+        launch = Launch([])
+        launch.info.update(runner=chosen, runner_why=why)
+        launch.problems.extend(missing_programs(chosen, facts))
+        args = list(request.launcher_args)
+        if chosen == "openmpi":
+            # the MPI parameters are OMPI_MCA_* variables (launchers.mpi): none on this line, so
+            # none can clash with the two the runner puts on its own
+            args = (["--allow-run-as-root"] if facts.is_root else []) + args
+        _env_file(launch, request)
+        prefix = ["deepspeed"] if facts.binaries.get("deepspeed") else [
+            "python3", "-m", "deepspeed.launcher.runner"]
+        extra = (single_node_args(facts.versions.get("deepspeed"))
+                 if settings.mode == "single" else [])
+        address, _port = request.master
+        launch.argv = command_line(prefix, request.command, request.hostfile, chosen, address,
+                                   settings.master_port, " ".join(shlex.quote(a) for a in args),
+                                   extra)
+        return launch
+
+
+UNIT = DeepSpeed()
+
+
+def runner(settings: Any, facts: Any) -> Tuple[str, str]:
+    """DeepSpeed's runner and why: ``MNP_DEEPSPEED_LAUNCHER``, else pdsh when installed, else
+    openmpi."""
+    chosen = settings.deepspeed_launcher or ("pdsh" if facts.binaries.get("pdsh") else "openmpi")
+    why = ("MNP_DEEPSPEED_LAUNCHER" if settings.deepspeed_launcher else
+           "pdsh is installed" if chosen == "pdsh" else "pdsh is not installed")
+    return chosen, why
+
+
+def missing_programs(chosen: str, facts: Any) -> List[str]:
+    bins = facts.binaries
+    problems = []
+    if chosen == "pdsh" and not bins.get("pdsh"):
+        problems.append("pdsh not found on PATH but DeepSpeed's pdsh runner was asked for")
+    if chosen == "openmpi" and not bins.get("mpirun"):
+        problems.append("mpirun not found on PATH for DeepSpeed's openmpi runner")
+    if not bins.get("deepspeed") and not facts.versions.get("deepspeed"):
+        problems.append("deepspeed not found on PATH: install DeepSpeed or set MNP_LAUNCHER")
+    return problems
+
+
+def _env_file(launch: Launch, request: LaunchRequest) -> None:
+    """The exported variables in DeepSpeed's env file, so its runner passes them to every node."""
+    facts, env = request.facts, request.environment
+    target, via = env_target(facts.versions.get("deepspeed"), request.settings.state_dir,
+                             facts.home, request.user_env)
+    launch.info["env_propagation"] = via
+    if not target:
+        return
+    unsafe = [name for name in request.exports if not SAFE_VALUE.match(env[name])]
+    if unsafe:
+        launch.notes.append("not in DeepSpeed's env file (the value would need shell quoting in "
+                            "pdsh's remote command): %s" % ", ".join(unsafe))
+    lines = "".join("%s=%s\n" % (name, env[name]) for name in request.exports
+                    if name not in unsafe)
+    launch.files.append({"path": target, "content": lines,
+                         "why": "variables DeepSpeed exports to every node (%s)" % via})
+    if via == "DS_ENV_FILE":
+        launch.environment["DS_ENV_FILE"] = (target, "DeepSpeed reads the exported variables "
+                                             "from this file", SOURCE)
+
+
 
 
 def env_target(deepspeed_version: Optional[str], state_dir: str, home: str,
@@ -44,9 +135,9 @@ def single_node_args(deepspeed_version: Optional[str]) -> List[str]:
     return []
 
 
-def argv(prefix: Sequence[str], command: Sequence[str], hostfile: str, launcher: str,
-         master_addr: str, master_port: int, launcher_args_text: str = "",
-         extra_args: Sequence[str] = ()) -> List[str]:
+def command_line(prefix: Sequence[str], command: Sequence[str], hostfile: str, launcher: str,
+                 master_addr: str, master_port: int, launcher_args_text: str = "",
+                 extra_args: Sequence[str] = ()) -> List[str]:
     """The deepspeed command line, run on the main node only."""
     line = list(prefix)
     if hostfile:
@@ -57,11 +148,5 @@ def argv(prefix: Sequence[str], command: Sequence[str], hostfile: str, launcher:
         # one token: a value that starts with "-" would be taken for an option by argparse
         line.append("--launcher_args=" + launcher_args_text)
     line += list(extra_args)
-    kind, rest = split_program(command)
-    if kind == "module":
-        line += ["--module"] + rest
-    elif kind == "script":
-        line += rest
-    else:
-        line += ["--no_python", "--no_local_rank"] + rest
-    return line
+    tail, _kind = program_tail(command, "--module", ["--no_python", "--no_local_rank"])
+    return line + tail

@@ -12,23 +12,49 @@ mpirun's ``ssh`` through ``OMPI_MCA_plm_rsh_args=-F <ssh_config>``. ``--tag-outp
 every line with the rank that wrote it. A program ending in ``.py`` gets ``python3`` in front.
 """
 
-from typing import Dict, List, Sequence
+from typing import List, Sequence
 
-from .base import Unit, python_program
+from .base import Launch, LaunchRequest, Unit, python_program
 
 SOURCE = "https://www.open-mpi.org/doc/v4.1/man1/mpirun.1.php (-x, --hostfile)"
-UNIT = Unit("mpirun", True, "nothing to start: mpirun reaches this node over SSH",
-            "mpirun -x NAME for every exported variable", "mpirun", SOURCE)
 NP_FLAGS = ("-np", "--np", "-n", "-c", "--n")
+
+
+class Mpirun(Unit):
+    name = "mpirun"
+    needs_ssh = True
+    on_children = "nothing to start: mpirun reaches this node over SSH"
+    env_propagation = "mpirun -x NAME for every exported variable"
+    binary = "mpirun"
+    source = SOURCE
+    reaches_hosts = True
+    programs = ("mpirun", "mpiexec")
+
+    def uses_mpi(self, request: LaunchRequest) -> bool:
+        return True
+
+    def launch(self, request: LaunchRequest) -> Launch:
+        facts = request.facts
+        program = facts.binaries.get("mpirun")
+        launch = Launch(command_line(program or "mpirun", request.command, request.np,
+                                     request.hostfile, request.exports, request.launcher_args,
+                                     facts.is_root))
+        if not program:
+            launch.problems.append("mpirun not found on PATH: install Open MPI or set "
+                                   "MNP_LAUNCHER")
+        return launch
+
+
+UNIT = Mpirun()
 
 
 def user_sets_np(args: Sequence[str]) -> bool:
     return any(a in NP_FLAGS or a.startswith(("-np=", "--np=", "-n=")) for a in args)
 
 
-def argv(mpirun: str, command: Sequence[str], env: Dict[str, str], np: int, hostfile: str,
-         mca_flags: Sequence[str], exports: Sequence[str], launcher_args: Sequence[str] = (),
-         is_root: bool = False) -> List[str]:
+def command_line(mpirun: str, command: Sequence[str], np: int, hostfile: str,
+                 exports: Sequence[str], launcher_args: Sequence[str] = (),
+                 is_root: bool = False) -> List[str]:
     """The mpirun command line, run on the main node only."""
     line = [mpirun]
     if is_root:
@@ -40,7 +66,6 @@ def argv(mpirun: str, command: Sequence[str], env: Dict[str, str], np: int, host
     line += ["--bind-to", "none", "--map-by", "slot"]
     if "--tag-output" not in launcher_args:
         line.append("--tag-output")
-    line += list(mca_flags)
     for name in exports:
         line += ["-x", name]
     line += list(launcher_args)

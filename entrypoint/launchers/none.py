@@ -3,15 +3,26 @@
 Hostfiles, SSH and the ``MNP_*`` variables are ready for a script that calls a launcher itself.
 """
 
-from typing import List, Sequence
-
-from .base import Unit
+from .base import Launch, LaunchRequest, Unit
 
 SOURCE = "this project: the command runs as is on the main node"
-UNIT = Unit("none", True, "nothing to start: the command may use SSH to reach it",
-            "up to the command", None, SOURCE)
 
 
-def argv(command: Sequence[str]) -> List[str]:
-    """The user's command, as is."""
-    return list(command)
+class AsIs(Unit):
+    name = "none"
+    needs_ssh = True
+    on_children = "nothing to start: the command may use SSH to reach it"
+    env_propagation = "up to the command"
+    source = SOURCE
+    starts_without_ssh = True  # where a scheduler started one per node, each runs the command
+    reaches_hosts = True  # a launcher role's script may start ranks itself
+
+    def uses_mpi(self, request: LaunchRequest) -> bool:
+        """A script run as is on Batch's wired nodes may call mpirun itself."""
+        return bool(request.settings.rendezvous)
+
+    def launch(self, request: LaunchRequest) -> Launch:
+        return Launch(list(request.command))
+
+
+UNIT = AsIs()

@@ -10,19 +10,63 @@ lives there, so its store must be there. On Batch that is normally the main node
 ``torch.distributed.launch`` (``distributed_launch``), which PyTorch had since 1.0.
 """
 
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from ..core import versions
-from .base import Unit, split_program
+from .base import Launch, LaunchRequest, Unit, program_tail
 
 TORCHRUN_MIN = ">=1.9.0"  # torch.distributed.run (torchelastic) ships from PyTorch 1.9.0
-TORCHRUN_SCRIPT_MIN = ">=1.10.0"  # the `torchrun` console script from 1.10.0
-PYTORCH_UNITS = ("torchrun", "torch.distributed.launch")  # the launchers that run PyTorch's own
 SOURCE = ("https://pytorch.org/docs/1.9.0/elastic/run.html (torch.distributed.run, new in "
           "1.9.0); https://pytorch.org/docs/1.10.0/elastic/run.html (torchrun script)")
-UNIT = Unit("torchrun", False, "runs the same torchrun with --node_rank <index>",
-            "none needed: every node starts its processes from its own environment",
-            "torchrun", SOURCE)
+PET_SOURCE = ("torch/distributed/argparse_util.py (env action: every torchrun option also "
+              "reads PET_<OPTION>)")
+
+
+class Torchrun(Unit):
+    name = "torchrun"
+    on_children = "runs the same torchrun with --node_rank <index>"
+    env_propagation = "none needed: every node starts its processes from its own environment"
+    binary = "torchrun"
+    source = SOURCE
+    starts_without_ssh = True
+    joins_elastic = True
+    programs = ("torchrun",)
+    modules = ("torch.distributed.run",)
+
+    def prepare_environment(self, environment: Dict[str, str]) -> List[str]:
+        return clear_pet(environment)
+
+    def launch(self, request: LaunchRequest) -> Launch:
+        prefix_ = prefix(request.facts.binaries)
+        if request.elastic is not None:
+            line = elastic_line(prefix_, request.elastic, request.slots)
+        else:
+            address, port = request.scheduler_master
+            line = options(prefix_, len(request.table), request.node_index, request.slots,
+                           address, port)
+        tail, _kind = program_tail(request.command, "-m", ["--no_python"])
+        launch = Launch(line + request.launcher_args + tail)
+        problem = pytorch_problem(self.name, request.facts)
+        if problem:
+            launch.problems.append(problem)
+        return launch
+
+
+UNIT = Torchrun()
+
+
+def clear_pet(environment: Dict[str, str]) -> List[str]:
+    """torchrun reads every option from ``PET_<OPTION>`` too: when the entrypoint writes
+    torchrun's command line, the scheduler's ``PET_*`` values leave the command's environment,
+    so no option comes from two places (single-node flags plus an inherited
+    ``PET_RDZV_ENDPOINT`` would join every node's world into one store)."""
+    cleared = sorted(name for name in environment if name.startswith("PET_"))
+    for name in cleared:
+        del environment[name]
+    if not cleared:
+        return []
+    return ["cleared %s: torchrun's command line carries what they say (%s)"
+            % (", ".join(cleared), PET_SOURCE)]
 
 
 def fallback(pytorch_version: Optional[str]) -> Optional[str]:
@@ -34,14 +78,11 @@ def fallback(pytorch_version: Optional[str]) -> Optional[str]:
     return None
 
 
-def pytorch_problem(unit_name: str, binaries: Dict[str, str],
-                    pytorch_version: Optional[str]) -> Optional[str]:
+def pytorch_problem(unit_name: str, facts: Any) -> Optional[str]:
     """The plan problem when a PyTorch launcher is asked for on a node without PyTorch (no
     ``torch`` distribution and no ``torchrun`` script), else ``None``: both launchers run
     PyTorch's own modules (torch.distributed.run / torch.distributed.launch)."""
-    if unit_name not in PYTORCH_UNITS:
-        return None
-    if pytorch_version or binaries.get("torchrun"):
+    if facts.versions.get("pytorch") or facts.binaries.get("torchrun"):
         return None
     return ("%s needs PyTorch, but neither the torch package nor a torchrun program was found: "
             "install PyTorch or set MNP_LAUNCHER" % unit_name)
@@ -54,22 +95,33 @@ def prefix(binaries: Dict[str, str]) -> List[str]:
     return ["python3", "-m", "torch.distributed.run"]
 
 
-def argv(prefix: Sequence[str], command: Sequence[str], nnodes: int, node_rank: int, nproc: int,
-         master_addr: str, master_port: int, launcher_args: Sequence[str] = ()) -> List[str]:
-    """The torchrun command line, the same on every node but for ``--node_rank``."""
-    line = list(prefix) + [
+def options(prefix: Sequence[str], nnodes: int, node_rank: int, nproc: int, master_addr: str,
+            master_port: int) -> List[str]:
+    """torchrun's options, the same on every node but for ``--node_rank``."""
+    return list(prefix) + [
         "--nnodes", str(nnodes),
         "--node_rank", str(node_rank),
         "--nproc_per_node", str(nproc),
         "--master_addr", master_addr,
         "--master_port", str(master_port),
     ]
-    line += list(launcher_args)
-    kind, rest = split_program(command)
-    if kind == "module":
-        line += ["-m"] + rest
-    elif kind == "script":
-        line += rest
-    else:
-        line += ["--no_python"] + rest
+
+
+def elastic_line(prefix: Sequence[str], elastic: Any, nproc: int) -> List[str]:
+    """torchrun's options for an elastic peer, from the scheduler's rendezvous facts."""
+    line = list(prefix) + ["--nnodes", elastic.nnodes, "--nproc_per_node", str(nproc),
+                           "--rdzv_backend", elastic.backend, "--rdzv_endpoint", elastic.endpoint]
+    for value, flag in ((elastic.rdzv_id, "--rdzv_id"), (elastic.max_restarts, "--max_restarts"),
+                        (elastic.conf, "--rdzv_conf")):
+        if value is not None and value != "":
+            line += [flag, str(value)]
     return line
+
+
+def command_line(prefix: Sequence[str], command: Sequence[str], nnodes: int, node_rank: int,
+                 nproc: int, master_addr: str, master_port: int,
+                 launcher_args: Sequence[str] = ()) -> List[str]:
+    """The torchrun command line, the same on every node but for ``--node_rank``."""
+    tail, _kind = program_tail(command, "-m", ["--no_python"])
+    return options(prefix, nnodes, node_rank, nproc, master_addr, master_port) + \
+        list(launcher_args) + tail

@@ -13,9 +13,6 @@ version-dependent rows of ``envtable``; this module only reads the machine:
   ``matrix/model/instances.yaml``: the entrypoint cannot import ``matrix``; ``tests/test_instances.py``
   keeps the two equal), then by family (``RDMA_FAMILIES``), else by GPU model;
 - ``INSTANCE_TYPES``: the instance table's names, which ``MNP_INSTANCE_TYPE`` must be one of.
-
-``mca_flags`` turns the plan's Open MPI parameters into ``-mca`` flags, minus those the user set
-as ``OMPI_MCA_<name>``.
 """
 
 import glob
@@ -148,13 +145,3 @@ def imds_instance_type(timeout=1.0):
         return value if re.match(r"^[a-z0-9-]+\.[a-z0-9-]+$", value) else None
     except Exception:  # noqa: BLE001 - any failure just means "unknown"
         return None
-
-
-def mca_flags(mca, env):
-    """``-mca name value`` flags, minus those the user set as ``OMPI_MCA_<name>``."""
-    flags = []
-    for name, value in mca:
-        if ("OMPI_MCA_" + name) in env:
-            continue
-        flags.extend(["-mca", name, value])
-    return flags

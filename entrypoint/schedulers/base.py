@@ -3,8 +3,10 @@
 A ``NodeTable`` is what a scheduler tells one process about its job: which scheduler and from
 which variable, this node's role and rank, the node count, the main node's address, the hosts
 and slots when the scheduler names them, whether the entrypoint must wire the nodes itself
-(``rendezvous``: only AWS Batch, whose nodes learn nothing but the main node's address) and
-scheduler-specific facts in ``extra`` (hostfile path, elastic bounds, rendezvous endpoint ...).
+(``rendezvous``: only AWS Batch, whose nodes learn nothing but the main node's address), the
+typed facts the plan reads (``master_port``, ``rank``, ``elastic``, ``slots_are``,
+``launcher_ssh``, ``other_ways``) and, for the dry run only, the same and more as display text in
+``extra`` (nothing parses ``extra`` back).
 
 Roles: ``single`` (one node: launch here for this node), ``main`` / ``child`` (node rank 0 or
 Batch's main node / any other node of a multi-node job), ``peer`` (one of equal nodes whose
@@ -24,6 +26,30 @@ ROLES = ("single", "main", "child", "peer", "launcher", "worker", "rank")
 SHOWN_HOSTS = 8  # the dry run names this many hosts, then counts the rest
 
 
+class Elastic(object):
+    """The elastic rendezvous torchrun joins (``PET_RDZV_*``): backend, ``host[:port]``
+    endpoint, ``MIN:MAX`` nodes, and the optional id, restart budget and backend options."""
+
+    def __init__(self, backend: str, endpoint: str, nnodes: str, rdzv_id: Optional[str] = None,
+                 max_restarts: Optional[int] = None, conf: Optional[str] = None) -> None:
+        self.backend = backend
+        self.endpoint = endpoint
+        self.nnodes = nnodes
+        self.rdzv_id = rdzv_id
+        self.max_restarts = max_restarts
+        self.conf = conf
+
+
+class LauncherSsh(object):
+    """SSH options a scheduler's launcher must use to reach its hosts (an MPIJob launcher's
+    ``OMPI_MCA_plm_rsh_args``), with why and where that is documented."""
+
+    def __init__(self, options: str, reason: str, source: str) -> None:
+        self.options = options
+        self.reason = reason
+        self.source = source
+
+
 class NodeTable(object):
     """One process's view of its job, as a scheduler describes it. Plain attributes."""
 
@@ -34,7 +60,10 @@ class NodeTable(object):
                  node_rank: Optional[int] = 0, num_nodes: Optional[int] = 1,
                  main_address: Optional[str] = None, hosts: Optional[List[str]] = None,
                  slots: Optional[List[int]] = None, rendezvous: bool = False,
-                 extra: Optional[Dict[str, str]] = None, main_rank: int = 0) -> None:
+                 extra: Optional[Dict[str, str]] = None, main_rank: int = 0,
+                 master_port: Optional[int] = None, rank: Optional[int] = None,
+                 elastic: Optional[Elastic] = None, slots_are: Optional[str] = None,
+                 launcher_ssh: Optional[LauncherSsh] = None, other_ways: str = "") -> None:
         if role not in ROLES:
             raise ValueError("unknown role %r" % role)
         self.scheduler = scheduler
@@ -47,7 +76,15 @@ class NodeTable(object):
         self.hosts = hosts  # every node's name, in rank order, where the scheduler lists them
         self.slots = slots  # processes the scheduler set aside per host, aligned with hosts
         self.rendezvous = rendezvous  # True: the entrypoint must wire the nodes (Batch)
-        self.extra = dict(extra or {})
+        self.extra = dict(extra or {})  # display only: the dry run's lines
+        self.master_port = master_port  # the port the scheduler gives torchrun's master
+        self.rank = rank  # this process's rank (role ``rank``)
+        self.elastic = elastic  # the rendezvous an elastic peer joins (role ``peer``)
+        # what ``slots`` counts: "processes" (torchrun's per node, from the job's spec), "tasks"
+        # (the scheduler's tasks on each node, each of which runs the entrypoint), or None
+        self.slots_are = slots_are
+        self.launcher_ssh = launcher_ssh  # the SSH a launcher role must use, if the scheduler has one
+        self.other_ways = other_ways  # this scheduler's own ways to start ranks, for a problem line
 
     def to_dict(self) -> Dict[str, Any]:
         return dict((name, getattr(self, name)) for name in self.FIELDS)

@@ -12,7 +12,7 @@ import os
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ..core.errors import ConfigError
-from .base import MAX_NODES, MAX_SLOTS, NodeTable, first, get
+from .base import MAX_NODES, MAX_SLOTS, LauncherSsh, NodeTable, first, get
 
 NAME = "mpijob"
 SOURCE = ("https://github.com/kubeflow/mpi-operator/blob/master/pkg/controller/"
@@ -21,6 +21,13 @@ ROLE = "K_MPI_JOB_ROLE"
 HOSTFILES = ("OMPI_MCA_orte_default_hostfile", "I_MPI_HYDRA_HOST_FILE", "HYDRA_HOST_FILE")
 DEFAULT_HOSTFILE = "/etc/mpi/hostfile"
 MAX_HOSTFILE_BYTES = 4 * 1024 * 1024
+# The launcher's ssh: the operator's OMPI_MCA_plm_rsh_args plus no host key checking, since every
+# worker makes its host key when it starts (``run.worker``) and the operator distributes none
+# (its base images say ``StrictHostKeyChecking no`` in ssh_config).
+LAUNCHER_SSH = LauncherSsh(
+    "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
+    "the operator's ssh options, and no host key checking: each worker makes its host key at "
+    "start", "kubeflow/mpi-operator pkg/controller/mpi_job_controller.go (OMPI_MCA_plm_rsh_args)")
 
 
 def detect(env: Mapping[str, str]) -> Optional[str]:
@@ -40,9 +47,10 @@ def table(env: Mapping[str, str]) -> NodeTable:
     hosts, slots = read_hostfile(path or DEFAULT_HOSTFILE, name or ROLE)
     if hosts is None:
         extra["hostfile"] += ": not readable here"
-        return NodeTable(NAME, ROLE, "launcher", node_rank=None, num_nodes=None, extra=extra)
+        return NodeTable(NAME, ROLE, "launcher", node_rank=None, num_nodes=None, extra=extra,
+                         launcher_ssh=LAUNCHER_SSH)
     return NodeTable(NAME, ROLE, "launcher", node_rank=None, num_nodes=len(hosts), hosts=hosts,
-                     slots=slots, extra=extra)
+                     slots=slots, extra=extra, launcher_ssh=LAUNCHER_SSH)
 
 
 def read_hostfile(path: str, variable: str) -> Tuple[Optional[List[str]], Optional[List[int]]]:

@@ -11,13 +11,14 @@ rendezvous. Kubernetes DNS names the pods, so the entrypoint wires nothing.
 
 from typing import Dict, Mapping, Optional
 
-from .base import NodeTable, below, first, get, integer
+from .base import Elastic, NodeTable, below, first, get, integer
 from .torchenv import endpoint, nnodes, slots
 
 NAME = "pytorchjob"
 SOURCE = ("https://github.com/kubeflow/training-operator/blob/release-1.9/pkg/controller.v1/"
           "pytorch/envvar.go, master.go, elastic.go")
 STATIC = ("MASTER_ADDR", "RANK", "WORLD_SIZE")
+DEFAULT_BACKEND = "c10d"  # what the entrypoint passes when PET_RDZV_BACKEND is unset
 
 
 def detect(env: Mapping[str, str]) -> Optional[str]:
@@ -49,12 +50,13 @@ def _static(env: Mapping[str, str]) -> NodeTable:
     per_node, extra = slots(env, num)
     port_name = first(env, "PET_MASTER_PORT", "MASTER_PORT")
     if port_name:
-        extra["master port"] = str(integer(env, port_name, minimum=1, maximum=65535))
-    elif port is not None:
+        port = integer(env, port_name, minimum=1, maximum=65535)
+    if port is not None:
         extra["master port"] = str(port)
     role = "single" if num == 1 else ("main" if rank == 0 else "child")
     return NodeTable(NAME, detected, role, node_rank=rank, num_nodes=num, main_address=host,
-                     slots=per_node, extra=extra)
+                     slots=per_node, extra=extra, master_port=port,
+                     slots_are="processes" if per_node else None)
 
 
 def _elastic(env: Mapping[str, str]) -> NodeTable:
@@ -63,19 +65,23 @@ def _elastic(env: Mapping[str, str]) -> NodeTable:
     if bounds is None:
         bounds = (1, 1)
     per_node, extra = slots(env, bounds[1])
+    backend = get(env, "PET_RDZV_BACKEND")
+    restarts = integer(env, "PET_MAX_RESTARTS") if get(env, "PET_MAX_RESTARTS") else None
+    elastic = Elastic(backend or DEFAULT_BACKEND, host + (":%d" % port if port else ""),
+                      "%d:%d" % bounds, get(env, "PET_RDZV_ID"), restarts, get(env, "PET_RDZV_CONF"))
     extra.update({
-        "rdzv endpoint": host + (":%d" % port if port else ""),
-        "rdzv backend": get(env, "PET_RDZV_BACKEND") or "c10d (torchrun's default here)",
-        "nnodes": "%d:%d" % bounds,
+        "rdzv endpoint": elastic.endpoint,
+        "rdzv backend": backend or "%s (torchrun's default here)" % DEFAULT_BACKEND,
+        "nnodes": elastic.nnodes,
     })
-    if get(env, "PET_MAX_RESTARTS"):
-        extra["max restarts"] = str(integer(env, "PET_MAX_RESTARTS"))
-    for name, label in (("PET_RDZV_ID", "rdzv id"), ("PET_RDZV_CONF", "rdzv conf")):
-        if get(env, name):
-            extra[label] = get(env, name) or ""
+    for label, value in (("max restarts", restarts), ("rdzv id", elastic.rdzv_id),
+                         ("rdzv conf", elastic.conf)):
+        if value is not None:
+            extra[label] = str(value)
     # No node rank and no main node: the rendezvous assigns ranks among MIN..MAX nodes.
     return NodeTable(NAME, "PET_RDZV_ENDPOINT", "peer", node_rank=None, num_nodes=bounds[1],
-                     slots=per_node, extra=extra)
+                     slots=per_node, extra=extra, elastic=elastic,
+                     slots_are="processes" if per_node else None)
 
 
 def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:

@@ -44,7 +44,7 @@ def table(env: Mapping[str, str]) -> NodeTable:
         extra["world size"] = "%d (%s)" % (size, row[2])
     if row[3] and get(env, row[3]):
         extra["local rank"] = "%d (%s)" % (integer(env, row[3]), row[3])
-    return NodeTable(NAME, name, "rank", node_rank=None, num_nodes=None, extra=extra)
+    return NodeTable(NAME, name, "rank", node_rank=None, num_nodes=None, extra=extra, rank=value)
 
 
 def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:

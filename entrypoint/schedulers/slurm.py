@@ -17,6 +17,8 @@ from . import nodelist
 from .base import MAX_NODES, NodeTable, below, first, get, integer, optional_integer
 
 NAME = "slurm"
+# Slurm's own ways to start ranks without SSH between the nodes, for a plan's problem line.
+OTHER_WAYS = "srun --mpi=pmix (every task is a rank) or mpirun from the batch script"
 SOURCE = ("https://slurm.schedmd.com/srun.html#SECTION_OUTPUT-ENVIRONMENT-VARIABLES; "
           "https://slurm.schedmd.com/sbatch.html#SECTION_OUTPUT-ENVIRONMENT-VARIABLES")
 JOB_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOBID")
@@ -108,7 +110,7 @@ def table(env: Mapping[str, str]) -> NodeTable:
     slots = _slots(env, step, hosts)
     extra = _extra(env, step_name)
     common = dict(num_nodes=len(hosts), main_address=hosts[0], hosts=hosts, slots=slots,
-                  extra=extra)
+                  extra=extra, slots_are="tasks", other_ways=OTHER_WAYS)
     if not step:
         # The script runs on the first node (SLURM_NODEID=0); salloc's shell on a login node
         # has no SLURM_NODEID at all.

@@ -33,7 +33,7 @@ def table(env: Mapping[str, str]) -> NodeTable:
     rank = integer(env, "PET_NODE_RANK")
     below("PET_NODE_RANK", rank, "PET_NNODES", num)
     per_node, extra = slots(env, num)
-    host = None
+    host, port = None, None
     if get(env, "PET_MASTER_ADDR"):
         host, port = endpoint(env, "PET_MASTER_ADDR")
         if get(env, "PET_MASTER_PORT"):
@@ -44,7 +44,8 @@ def table(env: Mapping[str, str]) -> NodeTable:
         extra["job completion index"] = get(env, "JOB_COMPLETION_INDEX") or ""
     role = "single" if num == 1 else ("main" if rank == 0 else "child")
     return NodeTable(NAME, "PET_NODE_RANK", role, node_rank=rank, num_nodes=num,
-                     main_address=host, slots=per_node, extra=extra)
+                     main_address=host, slots=per_node, extra=extra, master_port=port,
+                     slots_are="processes" if per_node else None)
 
 
 def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:

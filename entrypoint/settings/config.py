@@ -28,13 +28,11 @@ import re
 import shlex
 import stat
 
-from .. import schedulers
+from .. import launchers, schedulers
 from ..core.errors import ConfigError  # noqa: F401 (config.ConfigError: its historical home)
 from ..core.limits import MAX_NP, MAX_SECONDS, MAX_SLOTS, MIN_HEARTBEAT_TIMEOUT
-from ..launchers import NAMES as LAUNCHERS
 from ..probe.fabric import INSTANCE_TYPES
 
-LOCAL_LAUNCHERS = ("torchrun", "torch.distributed.launch")
 FABRICS = ("auto", "efa", "tcp")
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off", "")
@@ -94,7 +92,7 @@ class Config(object):
         self.num_nodes = 1
         self.main_address = None  # children only
         self.job_id = ""
-        self.launcher = "mpirun"
+        self.launcher = launchers.BATCH_DEFAULT
         self.launcher_explicit = False
         self.wait_timeout = 600.0
         self.slots_override = None
@@ -137,7 +135,7 @@ class Config(object):
         if self.mode in ("main", "child"):
             return "%s %d/%d" % (self.mode, self.node_index, self.num_nodes)
         if self.mode == "rank" and self.node is not None:
-            return "rank %s" % self.node.extra.get("rank", "").split(" ")[0]
+            return "rank %s" % ("" if self.node.rank is None else self.node.rank)
         return self.mode
 
 
@@ -317,7 +315,7 @@ def load(env=None):
     _role(env, cfg)
     cfg.job_id = _get(env, "AWS_BATCH_JOB_ID") or ""
     cfg.launcher_explicit = bool(_get(env, "MNP_LAUNCHER"))
-    cfg.launcher = _choice(env, "MNP_LAUNCHER", LAUNCHERS, "mpirun")
+    cfg.launcher = _choice(env, "MNP_LAUNCHER", launchers.names(), launchers.BATCH_DEFAULT)
     cfg.wait_timeout = _seconds(env, "MNP_WAIT_TIMEOUT", 600.0, minimum=1.0)
     cfg.slots_override = _int(env, "MNP_SLOTS_PER_NODE", None, minimum=1, maximum=MAX_SLOTS)
     cfg.np_override = _int(env, "MNP_NP", None, minimum=1, maximum=MAX_NP)

@@ -78,11 +78,5 @@ def test_rdma_capable_by_instance_type(itype, expected):
     assert fabric.rdma_capable(itype)[0] is expected
 
 
-def test_user_mca_variables_drop_our_flags():
-    mca = [("pml", "ob1"), ("btl", "^openib")]
-    assert fabric.mca_flags(mca, {}) == ["-mca", "pml", "ob1", "-mca", "btl", "^openib"]
-    assert fabric.mca_flags(mca, {"OMPI_MCA_pml": "cm"}) == ["-mca", "btl", "^openib"]
-
-
 def test_installer_version_missing(tmp_path):
     assert fabric.installer_version(str(tmp_path)) is None

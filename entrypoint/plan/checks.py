@@ -1,0 +1,38 @@
+"""Checks of the node against what the plan needs, each a note or a problem with its source:
+``/dev/shm`` and the memlock limit NCCL (and EFA) need, and two nodes that share one address."""
+
+# NCCL needs shared memory for its intra-node transport and pinned (locked) memory for EFA:
+# Docker's 64 MiB /dev/shm and the default memlock limit are too small.
+SHM_MIN_BYTES = 1 << 30
+SHM_SOURCE = ("https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html "
+              "'Docker' (--shm-size=1g --ulimit memlock=-1)")
+
+
+def node_limits(plan, facts, kind):
+    """One line each when /dev/shm or the memlock limit is below what NCCL (and EFA) need."""
+    if facts.accelerator != "gpu":
+        return
+    if facts.shm_bytes is not None and facts.shm_bytes < SHM_MIN_BYTES:
+        plan.notes.append("/dev/shm is %d MiB, below the 1024 MiB NCCL needs between the GPUs of "
+                          "a node: set linuxParameters.sharedMemorySize (MiB, e.g. 16384) in the "
+                          "job definition (%s)" % (facts.shm_bytes >> 20, SHM_SOURCE))
+    if facts.memlock is not None and facts.memlock != -1 and (
+            kind == "efa" or facts.memlock < SHM_MIN_BYTES):
+        plan.notes.append("the memlock limit is %d KiB, not unlimited as NCCL%s needs: set "
+                          "ulimits [{name: memlock, softLimit: -1, hardLimit: -1}] in the job "
+                          "definition (%s)" % (facts.memlock >> 10,
+                                               " over EFA" if kind == "efa" else "", SHM_SOURCE))
+
+
+def duplicate_addresses(plan, table):
+    """Two nodes with one address would be one host to Open MPI and an error to DeepSpeed."""
+    seen = {}
+    for node in sorted(table, key=lambda n: n.index):
+        if node.address.startswith("<"):
+            continue
+        if node.address in seen:
+            plan.problems.append("nodes %d and %d both have the address %s: each node needs its "
+                                 "own (awsvpc networking gives every container one)"
+                                 % (seen[node.address], node.index, node.address))
+        else:
+            seen[node.address] = node.index
