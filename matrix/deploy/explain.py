@@ -100,41 +100,10 @@ def _plugin_path(stack: Stack) -> str | None:
 
 def stack_facts(stack: Stack, instance: InstanceType) -> NodeFacts:
     """What a node of ``stack`` on ``instance`` has, from declarations only."""
-    declared = stack.versions()
     components = {layer.component for layer in stack.layers}
-    versions: dict[str, str] = {}
-    sources: dict[str, str] = {}
-
-    def put(key: str, value: str | None, where: str) -> None:
-        if value:
-            versions[key] = value
-            sources[key] = where
-
-    nccl, where = _nccl(stack, declared)
-    put("nccl", nccl, f"stacks.yaml {stack.name}: {where}")
-    for key, name in (("aws-ofi-nccl", "aws-ofi-nccl"), ("efa-installer", "efa"),
-                      ("libfabric", "libfabric"), ("openmpi", "openmpi"),
-                      ("pytorch", "pytorch"), ("deepspeed", "deepspeed"),
-                      ("synapseai", "synapseai")):
-        put(key, declared.get(name), f"stacks.yaml {stack.name}: {name}")
-    for fork, table in DEEPSPEED_FORKS.items():
-        if fork in declared and declared[fork] in table:
-            upstream, why = table[declared[fork]]
-            put("deepspeed", upstream, f"stacks.yaml {stack.name}: {fork} {declared[fork]}, {why}")
-
+    versions, sources = _declared_versions(stack)
     efa_software = "efa" in components or "synapseai" in components
-    binaries = {
-        "python3": "/usr/bin/python3",
-        "mpirun": "/opt/amazon/openmpi/bin/mpirun" if efa_software else (
-            "/usr/bin/mpirun" if "openmpi" in components else None),
-        "sshd": "/usr/sbin/sshd" if "ssh" in components else None,
-        "deepspeed": "/usr/local/bin/deepspeed" if versions.get("deepspeed") else None,
-        "torchrun": "/usr/local/bin/torchrun"
-        if _version_at_least(versions.get("pytorch"), "1.10.0") else None,
-        "pdsh": "/usr/bin/pdsh" if "pdsh" in components else None,
-        "fi_info": "/opt/amazon/efa/bin/fi_info" if efa_software else (
-            "/usr/bin/fi_info" if "libfabric" in components else None),
-    }
+    binaries = _binaries(components, versions, efa_software)
     plugin_path = _plugin_path(stack)
     wrapper = stack.layer("hccl-ofi-wrapper")
     # invoke jobdef passes the uverbs devices in only when the stack's fabric is efa
@@ -164,6 +133,48 @@ def stack_facts(stack: Stack, instance: InstanceType) -> NodeFacts:
     )
 
 
+def _declared_versions(stack: Stack) -> tuple[dict[str, str], dict[str, str]]:
+    """The component versions ``stack`` declares, and where each one was read."""
+    declared = stack.versions()
+    versions: dict[str, str] = {}
+    sources: dict[str, str] = {}
+
+    def put(key: str, value: str | None, where: str) -> None:
+        if value:
+            versions[key] = value
+            sources[key] = where
+
+    nccl, where = _nccl(stack, declared)
+    put("nccl", nccl, f"stacks.yaml {stack.name}: {where}")
+    for key, name in (("aws-ofi-nccl", "aws-ofi-nccl"), ("efa-installer", "efa"),
+                      ("libfabric", "libfabric"), ("openmpi", "openmpi"),
+                      ("pytorch", "pytorch"), ("deepspeed", "deepspeed"),
+                      ("synapseai", "synapseai")):
+        put(key, declared.get(name), f"stacks.yaml {stack.name}: {name}")
+    for fork, table in DEEPSPEED_FORKS.items():
+        if fork in declared and declared[fork] in table:
+            upstream, why = table[declared[fork]]
+            put("deepspeed", upstream, f"stacks.yaml {stack.name}: {fork} {declared[fork]}, {why}")
+    return versions, sources
+
+
+def _binaries(components: set[str], versions: dict[str, str],
+              efa_software: bool) -> dict[str, str | None]:
+    """Where the stack's layers put each program the entrypoint looks for (None: absent)."""
+    return {
+        "python3": "/usr/bin/python3",
+        "mpirun": "/opt/amazon/openmpi/bin/mpirun" if efa_software else (
+            "/usr/bin/mpirun" if "openmpi" in components else None),
+        "sshd": "/usr/sbin/sshd" if "ssh" in components else None,
+        "deepspeed": "/usr/local/bin/deepspeed" if versions.get("deepspeed") else None,
+        "torchrun": "/usr/local/bin/torchrun"
+        if _version_at_least(versions.get("pytorch"), "1.10.0") else None,
+        "pdsh": "/usr/bin/pdsh" if "pdsh" in components else None,
+        "fi_info": "/opt/amazon/efa/bin/fi_info" if efa_software else (
+            "/usr/bin/fi_info" if "libfabric" in components else None),
+    }
+
+
 def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
             launcher: str | None = "mpirun", command: list[str] | None = None,
             scheduler: str = "batch", rdzv: str | None = None) -> Explained:
@@ -176,6 +187,33 @@ def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
     pair it refuses."""
     from matrix.deploy import jobdef
 
+    _check_request(matrix, stack_name, instance_type, nodes, launcher, scheduler, rdzv)
+    stack = matrix.stacks[stack_name]
+    instance = INSTANCE_TYPES[instance_type]
+    # the check invoke jobdef makes: the stack's rules as if it targeted only this type
+    jobdef.check_pair(stack, instance_type)
+    settings = jobdef.mnp_environment(instance, launcher or "mpirun", stack.fabric,
+                                      jobdef.DEFAULT_WAIT_TIMEOUT_S, None)
+    env = _main_node_environment(settings, nodes, launcher, scheduler, rdzv)
+    facts = stack_facts(stack, instance)
+    plan = _scheduled_plan(env, facts, list(command or PLACEHOLDER_COMMAND), scheduler, nodes,
+                           instance.slots_per_node())
+    if not command:
+        plan.notes.append("no command given after --: python3 train.py shown")
+    if instance_type not in stack.instances:
+        plan.notes.append(f"{instance_type} is not one of {stack_name}'s instances "
+                          f"({', '.join(stack.instances)}): shown as asked")
+    who = "the launcher" if plan.role["mode"] == "launcher" else "main node"
+    header = (f"invoke explain: {who} of stack {stack_name} on {nodes} x {instance_type} under "
+              f"{scheduler}, launcher {plan.launcher['unit']} (settings as invoke jobdef writes "
+              "them, the scheduler's variables from its adapter's example; facts from "
+              "stacks.yaml and the instance table; nothing probed)")
+    return Explained(plan, header)
+
+
+def _check_request(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
+                   launcher: str | None, scheduler: str, rdzv: str | None) -> None:
+    """Refuse an unknown name or a bad number with an :class:`ExplainError` naming the option."""
     if scheduler not in SCHEDULERS:
         raise ExplainError(f"--scheduler {scheduler!r} is not one of {', '.join(SCHEDULERS)}")
     if rdzv is not None and (scheduler != "pytorchjob" or rdzv not in RDZV_BACKENDS):
@@ -194,15 +232,16 @@ def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
         # the entrypoint refuses more nodes (AWS_BATCH_JOB_NUM_NODES): say so before it does
         raise ExplainError(f"--nodes {nodes}: expected a whole number from 1 to "
                            f"{MAX_NODES} (the entrypoint's limit)")
-    stack = matrix.stacks[stack_name]
-    instance = INSTANCE_TYPES[instance_type]
-    # the check invoke jobdef makes: the stack's rules as if it targeted only this type
-    jobdef.check_pair(stack, instance_type)
+
+
+def _main_node_environment(settings: dict[str, str], nodes: int, launcher: str | None,
+                           scheduler: str, rdzv: str | None) -> dict[str, Any]:
+    """What node 0 sees: the image's variables, the ``MNP_*`` ``settings`` invoke jobdef writes
+    and the variables ``scheduler``'s adapter example gives it."""
     # what the image gives every job: its PATH, root's HOME, and the PYTHONPATH that
     # /usr/local/bin/mnp-entrypoint sets (docs/entrypoint.md "Image contract")
     env: dict[str, Any] = {"PATH": PATH, "HOME": "/root", "PYTHONPATH": "/opt/mnp/lib"}
-    env.update(jobdef.mnp_environment(instance, launcher or "mpirun", stack.fabric,
-                                      jobdef.DEFAULT_WAIT_TIMEOUT_S, None))
+    env.update(settings)
     if launcher is None:
         del env["MNP_LAUNCHER"]
     if rdzv:
@@ -211,20 +250,7 @@ def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
         env.update(schedulers.MODULES[scheduler].example(nodes, 0))
     if scheduler == "batch" and nodes > 1:
         env["AWS_BATCH_JOB_ID"] = "<job-id>"
-    facts = stack_facts(stack, instance)
-    plan = _scheduled_plan(env, facts, list(command or PLACEHOLDER_COMMAND), scheduler, nodes,
-                           instance.slots_per_node())
-    if not command:
-        plan.notes.append("no command given after --: python3 train.py shown")
-    if instance_type not in stack.instances:
-        plan.notes.append(f"{instance_type} is not one of {stack_name}'s instances "
-                          f"({', '.join(stack.instances)}): shown as asked")
-    who = "the launcher" if plan.role["mode"] == "launcher" else "main node"
-    header = (f"invoke explain: {who} of stack {stack_name} on {nodes} x {instance_type} under "
-              f"{scheduler}, launcher {plan.launcher['unit']} (settings as invoke jobdef writes "
-              "them, the scheduler's variables from its adapter's example; facts from "
-              "stacks.yaml and the instance table; nothing probed)")
-    return Explained(plan, header)
+    return env
 
 
 def _scheduled_plan(env: dict[str, Any], facts: NodeFacts, command: list[str], scheduler: str,

@@ -164,6 +164,27 @@ def build_job_definition(
     ``mountPoints``. Raises :class:`UserError` on bad input.
     """
     instance = get_instance_type(instance_type)
+    effective_fabric = _checked_fabric(instance, launcher, nodes, image_uri, fabric)
+    environment = mnp_environment(instance, launcher, fabric, wait_timeout_s, env)
+    container = _base_container(instance, image_uri, effective_fabric, environment)
+    if command:
+        container["command"] = list(command)
+    if mounts:
+        container["volumes"], container["mountPoints"] = batch_volumes(mounts)
+    _add_secret_and_roles(container, secret_arn, execution_role_arn, job_role_arn)
+    definition = _multinode_definition(
+        name or default_job_definition_name(stack, nodes, instance.name),
+        stack, nodes, instance.name, container)
+    if attempt_timeout_s is not None:
+        definition["timeout"] = {"attemptDurationSeconds": attempt_timeout_s}
+    validate_job_definition(definition)
+    return definition
+
+
+def _checked_fabric(instance: InstanceType, launcher: str, nodes: int, image_uri: str,
+                    fabric: str | None) -> str:
+    """The fabric the entrypoint is told (``MNP_FABRIC``), after refusing a request Batch or
+    the nodes would reject; ``fabric`` defaults to ``efa`` on types with EFA, ``tcp`` otherwise."""
     if launcher not in LAUNCHERS:
         # the entrypoint's launcher units: anything else is rejected by every node at start
         raise UserError(f"--launcher {launcher!r} is not one of {', '.join(LAUNCHERS)}")
@@ -173,24 +194,25 @@ def build_job_definition(
         raise UserError(f"--image-uri {image_uri!r} must name the image by digest (@sha256:...)")
     if fabric == "efa" and not instance.has_efa:
         raise UserError(f"--fabric efa: {instance.name} has no EFA interface")
-    # the fabric the entrypoint is told (MNP_FABRIC): EFA devices are passed in only for efa
-    effective_fabric = fabric or ("efa" if instance.has_efa else "tcp")
+    return fabric or ("efa" if instance.has_efa else "tcp")
 
+
+def _base_container(instance: InstanceType, image_uri: str, effective_fabric: str,
+                    environment: Mapping[str, str]) -> dict[str, Any]:
+    """The node container's image, resources, devices, limits and ``MNP_*`` environment."""
     container: dict[str, Any] = {
         "image": image_uri,
         "instanceType": instance.name,
         "resourceRequirements": _resources(instance),
         "linuxParameters": {
+            # EFA devices are passed in only when the entrypoint is told fabric efa
             "devices": _efa_devices(
                 instance.efa_interfaces if effective_fabric == "efa" else 0),
             "sharedMemorySize": instance.shm_mib,
         },
         "ulimits": [dict(limit) for limit in ULIMITS],
         "environment": [
-            {"name": key, "value": value}
-            for key, value in sorted(
-                mnp_environment(instance, launcher, fabric, wait_timeout_s, env).items()
-            )
+            {"name": key, "value": value} for key, value in sorted(environment.items())
         ],
     }
     if not container["linuxParameters"]["devices"]:
@@ -198,10 +220,12 @@ def build_job_definition(
     if instance.hpus:
         # Gaudi devices are not a Batch resource; the DL1 workshop job runs privileged.
         container["privileged"] = True
-    if command:
-        container["command"] = list(command)
-    if mounts:
-        container["volumes"], container["mountPoints"] = batch_volumes(mounts)
+    return container
+
+
+def _add_secret_and_roles(container: dict[str, Any], secret_arn: str | None,
+                          execution_role_arn: str | None, job_role_arn: str | None) -> None:
+    """Set the container's ``secrets`` and IAM roles, refusing a secret without an execution role."""
     if secret_arn:
         container["secrets"] = [{"name": SECRET_ENV_NAME, "valueFrom": _check_secret(secret_arn)}]
         if not execution_role_arn:
@@ -214,22 +238,22 @@ def build_job_definition(
     if job_role_arn:
         container["jobRoleArn"] = _check_role(job_role_arn, "--job-role-arn")
 
-    definition: dict[str, Any] = {
-        "jobDefinitionName": name or default_job_definition_name(stack, nodes, instance.name),
+
+def _multinode_definition(name: str, stack: str, nodes: int, instance_name: str,
+                          container: dict[str, Any]) -> dict[str, Any]:
+    """A ``multinode`` definition whose one node range (``0:``) runs ``container`` on every node."""
+    return {
+        "jobDefinitionName": name,
         "type": "multinode",
         "platformCapabilities": ["EC2"],
         "propagateTags": True,
-        "tags": {"mnp:stack": stack, "mnp:instance-type": instance.name},
+        "tags": {"mnp:stack": stack, "mnp:instance-type": instance_name},
         "nodeProperties": {
             "numNodes": nodes,
             "mainNode": 0,
             "nodeRangeProperties": [{"targetNodes": "0:", "container": container}],
         },
     }
-    if attempt_timeout_s is not None:
-        definition["timeout"] = {"attemptDurationSeconds": attempt_timeout_s}
-    validate_job_definition(definition)
-    return definition
 
 
 def check_pair(stack: Stack, instance_type: str) -> None:

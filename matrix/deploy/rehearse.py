@@ -218,52 +218,26 @@ def rehearse(
     returns 130. ``mounts`` are bound on every node. Containers and the network are always removed.
     """
     _check_args(nodes, command, late_node, mounts)
-    try:
-        client.images.get(image)
-    except docker.errors.ImageNotFound:
-        raise UserError(f"image {image} is not in the local engine; build it first") from None
+    _require_image(client, image)
     run = _Rehearsal(run_id=secrets.token_hex(4))
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix=f"mnp-rehearsal-{run.run_id}-"))
     shared = {**env, "MNP_SECRET": secrets.token_hex(32)}
+
+    def start(index: int, main_ip: str | None) -> Any:
+        node_env = {**shared, **batch_environment(index, nodes, run.run_id, main_ip)}
+        return _start_node(client, run, image, index, command, node_env, mounts)
+
     try:
-        run.network = client.networks.create(
-            f"mnp-rehearsal-{run.run_id}",
-            driver="bridge",
-            internal=True,
-            labels={LABEL: run.run_id},
-        )
+        run.network = _create_network(client, run.run_id)
         log(f"rehearsal {run.run_id}: {nodes} node(s) of {image} on network {run.network.name}")
-        main = _start_node(
-            client,
-            run,
-            image,
-            0,
-            command,
-            {**shared, **batch_environment(0, nodes, run.run_id, None)},
-            mounts,
-        )
+        main = start(0, None)
         main_ip = _container_ip(main, run.network.name)
         streamer = _stream(main, log)
-        if main_ip is None:
-            # Batch starts children only once the main node runs; a main that already ended
-            # ends the job.
-            log("node 0 (main) exited before the other nodes could start")
-        else:
-            log(f"node 0 (main) started at {main_ip}")
-        children = start_order(nodes, late_node, random.Random(seed)) if main_ip else []
-        for index in children:
-            if index == late_node:
-                log(f"node {index} held back for {late_delay_s:g}s (late node)")
-                time.sleep(late_delay_s)
-            child_env = {**shared, **batch_environment(index, nodes, run.run_id, main_ip)}
-            _start_node(client, run, image, index, command, child_env, mounts)
-            log(f"node {index} started")
+        _start_children(start, nodes, main_ip, late_node, late_delay_s, seed, log)
         status = _wait_exit(main, timeout_s)
         streamer.join(timeout=5)
         log(f"main node exited with status {status}; stopping the other nodes")
-        for index, container in run.containers.items():
-            if index != 0:
-                container.stop(timeout=stop_timeout_s)
+        _stop_children(run, stop_timeout_s)
         return status
     except KeyboardInterrupt:
         log("interrupted: removing the rehearsal's containers and network")
@@ -276,3 +250,52 @@ def rehearse(
             log(f"node logs: {log_dir}")
         finally:
             _cleanup(client, run, log)
+
+
+def _require_image(client: docker.DockerClient, image: str) -> None:
+    """Refuse an image the local engine does not hold (a rehearsal never pulls)."""
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        raise UserError(f"image {image} is not in the local engine; build it first") from None
+
+
+def _create_network(client: docker.DockerClient, run_id: str) -> Any:
+    """The rehearsal's private bridge network, labelled so cleanup can find it."""
+    return client.networks.create(
+        f"mnp-rehearsal-{run_id}",
+        driver="bridge",
+        internal=True,
+        labels={LABEL: run_id},
+    )
+
+
+def _start_children(
+    start: Callable[[int, str | None], Any],
+    nodes: int,
+    main_ip: str | None,
+    late_node: int | None,
+    late_delay_s: float,
+    seed: int | None,
+    log: Log,
+) -> None:
+    """Start the children with ``start`` in Batch's order, only when the main node runs."""
+    if main_ip is None:
+        # Batch starts children only once the main node runs; a main that already ended
+        # ends the job.
+        log("node 0 (main) exited before the other nodes could start")
+        return
+    log(f"node 0 (main) started at {main_ip}")
+    for index in start_order(nodes, late_node, random.Random(seed)):
+        if index == late_node:
+            log(f"node {index} held back for {late_delay_s:g}s (late node)")
+            time.sleep(late_delay_s)
+        start(index, main_ip)
+        log(f"node {index} started")
+
+
+def _stop_children(run: _Rehearsal, stop_timeout_s: int) -> None:
+    """Stop every node but the main, as Batch does when the main node exits."""
+    for index, container in run.containers.items():
+        if index != 0:
+            container.stop(timeout=stop_timeout_s)
