@@ -14,6 +14,8 @@ JSON shape (``to_dict``; ``version`` is bumped when a key changes meaning):
 import re
 import shlex
 
+from .. import schedulers
+
 PLAN_VERSION = 2  # 2: "mca" entries are [name, value, source]; MPI parameters are OMPI_MCA_*
 # Names that likely hold a secret: any of these words in the name ...
 SECRET_WORDS = ("SECRET", "PASSWORD", "PASSWD", "TOKEN", "PRIVATE", "CREDENTIAL", "APIKEY",
@@ -114,33 +116,38 @@ class Plan(object):
         return None
 
     def text(self, header="mnp-entrypoint dry run (MNP_DRY_RUN=1): nothing is started"):
+        lines = [header] + self._role_lines() + self._node_lines() + self._launch_lines()
+        return "\n".join(lines + self._environment_lines())
+
+    def _role_lines(self):
         role = self.role
-        lines = [header]
         if role["mode"] == "single":
-            lines.append("role: single node%s" % (
-                " (no AWS Batch MNP variables)" if role.get("scheduler") in (None, "single",
-                                                                             "batch") else ""))
+            lines = ["role: single node%s" % (" (no AWS Batch MNP variables)" if role.get(
+                "scheduler") in (None,) + schedulers.SINGLE_NODE_WITHOUT_MNP else "")]
         elif role["mode"] in ("main", "child"):
-            lines.append("role: %s, node %d of %d, main node index %d"
-                         % (role["mode"], role["node_index"], role["num_nodes"],
-                            role["main_index"]))
+            lines = ["role: %s, node %d of %d, main node index %d"
+                     % (role["mode"], role["node_index"], role["num_nodes"], role["main_index"])]
         else:
-            lines.append("role: %s" % role["mode"])
-        lines.extend(line for line in role.get("lines", []) if not line.startswith("role:"))
+            lines = ["role: %s" % role["mode"]]
+        return lines + [line for line in role.get("lines", []) if not line.startswith("role:")]
+
+    def _node_lines(self):
         addr = self.address
-        lines.append("address: %s on %s (%s)" % (addr["address"], addr["interface"],
-                                                 addr["reason"]))
-        lines.append("devices: %d slot(s) from %s" % (self.slots["count"], self.slots["source"]))
-        lines.append("fabric %s: %s" % (self.fabric["kind"].upper(), self.fabric["why"]))
+        lines = ["address: %s on %s (%s)" % (addr["address"], addr["interface"], addr["reason"]),
+                 "devices: %d slot(s) from %s" % (self.slots["count"], self.slots["source"]),
+                 "fabric %s: %s" % (self.fabric["kind"].upper(), self.fabric["why"])]
         versions = self.facts.get("versions") or {}
         for key in sorted(versions):
             lines.append("  version %s: %s (%s)" % (key, versions[key],
                                                     self.facts["version_sources"].get(key, "")))
+        return lines
+
+    def _launch_lines(self):
         launcher = self.launcher
-        lines.append("launcher: %s (needs SSH: %s; environment to other nodes: %s)"
-                     % (launcher["unit"], "yes" if launcher["needs_ssh"] else "no",
-                        launcher["env_propagation"]))
-        lines.append("children: %s" % self.children)
+        lines = ["launcher: %s (needs SSH: %s; environment to other nodes: %s)"
+                 % (launcher["unit"], "yes" if launcher["needs_ssh"] else "no",
+                    launcher["env_propagation"]),
+                 "children: %s" % self.children]
         if self.rendezvous:
             lines.append("rendezvous: %s" % self.rendezvous)
         if self.ssh:
@@ -152,14 +159,14 @@ class Plan(object):
             lines.append("command: none on this node")
         else:
             lines.append("command: %s" % " ".join(shlex.quote(a) for a in self.argv))
-        for check in self.preflight:
-            lines.append("preflight (a real run checks this before any rank starts): %s"
-                         % check["check"])
-        for problem in self.problems:
-            lines.append("PROBLEM (a real run stops here): %s" % problem)
-        for note in self.notes:
-            lines.append("note: %s" % note)
-        lines.append("environment set by the entrypoint (why; source):")
+        lines.extend("preflight (a real run checks this before any rank starts): %s"
+                     % check["check"] for check in self.preflight)
+        lines.extend("PROBLEM (a real run stops here): %s" % p for p in self.problems)
+        lines.extend("note: %s" % note for note in self.notes)
+        return lines
+
+    def _environment_lines(self):
+        lines = ["environment set by the entrypoint (why; source):"]
         for entry in self.env:
             lines.append("  %s=%s  # %s%s" % (entry["name"], redact(entry["name"], entry["value"]),
                                                entry["reason"],
@@ -176,4 +183,4 @@ class Plan(object):
         lines.append("full environment of the command:")
         for key in sorted(self.environment):
             lines.append("  %s=%s" % (key, redact(key, self.environment[key])))
-        return "\n".join(lines)
+        return lines

@@ -35,7 +35,8 @@ from typing import Dict
 from ..core.limits import MIN_HEARTBEAT_TIMEOUT
 from ..core.log import log, printable
 from . import protocol
-from .connection import LOOP_TICK, MAX_PENDING, Connections, EventQueue, RendezvousError, ServerFailed
+from .connection import Connections, EventQueue, RendezvousError, ServerFailed
+from .peers import LOOP_TICK, MAX_PENDING
 from .registry import HOST_KEY_RE, MAX_SLOTS, NodeInfo, Registry, check_go, job_base, validate_registration
 
 __all__ = ["CLIENT_TICK", "HOST_KEY_RE", "LOOP_TICK", "MAX_SLOTS", "MIN_HEARTBEAT_TIMEOUT",

@@ -39,6 +39,8 @@ NAMES = tuple(m.NAME for m in ORDER)
 MODULES = dict((m.NAME, m) for m in ORDER)
 SOURCES = dict((m.NAME, m.SOURCE) for m in ORDER)
 VARIABLE = "MNP_SCHEDULER"
+# Where a single node means "no AWS Batch MNP variables" (the dry run says so).
+SINGLE_NODE_WITHOUT_MNP = (single.NAME, batch.NAME)
 AUTO = "auto"
 
 __all__ = ["NAMES", "NodeTable", "ORDER", "SOURCES", "choose", "detect", "forced"]
