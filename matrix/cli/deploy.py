@@ -47,9 +47,15 @@ def push(stacks_file: str, stacks: Any, registry: str | None, force: bool) -> No
     stack = one_stack(matrix, stacks)
     result = plan(matrix, [stack])
     client = engine.ensure()
-    outcome = publish.push_stack(client, result.chains[stack], result.final_ref(stack), stack,
-                                 registry, _git_sha(), force=force, log=console.print)
-    console.print(f"pushed {outcome.pushed} tag(s); image: {outcome.image_digest_uri}")
+    # push_stack's last line is its summary (counts and the image by digest): nothing follows it
+    publish.push_stack(client, result.chains[stack], result.final_ref(stack), stack, registry,
+                       _git_sha(), force=force, log=_push_line)
+
+
+def _push_line(line: str) -> None:
+    """One line of the push as it is: never folded at the console's width (a tag or digest
+    cut in two can no longer be copied, and the summary would not be the last line)."""
+    print(line, flush=True)
 
 
 JOB_COMMAND_EXAMPLE = "-- python3 train.py"
