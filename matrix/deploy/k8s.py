@@ -14,7 +14,10 @@ before it is returned. Every kind follows the same rules:
 - the job's ``--mount`` folders as ``hostPath`` volumes and ``--pvc`` claims (e.g. an FSx for
   Lustre ``fsx-pvc``) as ``persistentVolumeClaim`` volumes;
 - the ``MNP_*`` settings the entrypoint reads; the operators' own variables (``PET_*``,
-  ``MASTER_ADDR``, ``K_MPI_JOB_ROLE`` ...) are left to the operators.
+  ``MASTER_ADDR``, ``K_MPI_JOB_ROLE`` ...) are left to the operators;
+- every ``$`` of the command and of env values written as ``$$`` (:func:`k8s_literal`): the
+  kubelet expands ``$(NAME)`` and turns ``$$`` into ``$`` in both before the container starts,
+  so the container gets the command word for word as typed.
 
 MPIJob workers: the MPI operator starts a worker with ``/usr/sbin/sshd -De`` only when its
 template gives neither ``command`` nor ``args`` (mpi-operator ``mpi_job_controller.go``,
@@ -69,6 +72,15 @@ ENTRYPOINT = "/usr/local/bin/mnp-entrypoint"
 MPI_SSH_PORT = 22  # the entrypoint's MPIJob worker sshd: the port the operator's ssh uses
 SSH_AUTH_MOUNT = "/root/.ssh"
 _ELASTIC = re.compile(r"^(\d+):(\d+)$")
+# The kubelet runs every container's command and args, and every env value, through Kubernetes'
+# dependent-variable expansion before the container starts (kubernetes/kubernetes
+# pkg/kubelet/container/helpers.go, ExpandContainerCommandAndArgs, and
+# pkg/kubelet/kubelet_pods.go, makeEnvironmentVariables): third_party/forked/golang/expansion/
+# expand.go (Expand and tryReadVariableName, at commit fde22c3f9aacfd260225a9741de123a41157b7c0)
+# replaces `$(NAME)` by NAME's value when NAME is set and turns `$$` into `$`. A `$` written as
+# `$$` comes out as one `$` and can never start a reference, so the container sees exactly what
+# was typed (tests/publish/test_k8s_expansion.py runs a port of Expand over arbitrary commands).
+_DOLLAR = "$"
 
 
 @dataclass(frozen=True)
@@ -90,6 +102,11 @@ class Job:
 def job_name(stack: str) -> str:
     """``mnp-<stack>`` as a DNS label: pods are ``<name>-worker-<i>``, so kept to 40 characters."""
     return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", f"mnp-{stack}".lower()))[:40].strip("-")
+
+
+def k8s_literal(text: str) -> str:
+    """``text`` with every ``$`` doubled: what Kubernetes' expansion turns back into ``text``."""
+    return text.replace(_DOLLAR, _DOLLAR * 2)
 
 
 def parse_elastic(text: str | None, nodes: int) -> tuple[int, int] | None:
@@ -132,9 +149,13 @@ def _volumes(job: Job) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return [shm, *volumes], [{"name": "dshm", "mountPath": "/dev/shm"}, *points]
 
 
+def _args(job: Job) -> list[str]:
+    return [k8s_literal(word) for word in job.command]
+
+
 def _container(job: Job, name: str, gpus: bool = True) -> dict[str, Any]:
     _, points = _volumes(job)
-    container: dict[str, Any] = {"name": name, "image": job.image, "args": list(job.command),
+    container: dict[str, Any] = {"name": name, "image": job.image, "args": _args(job),
                                  "env": list(job.env), "volumeMounts": points}
     shape = resources(job.instance, job.fabric) if gpus else {}
     if shape:
@@ -180,7 +201,7 @@ def trainjob(job: Job) -> dict[str, Any]:
     patch of its ``node`` replicated job (the only place this API takes pod volumes)."""
     volumes, points = _volumes(job)
     trainer: dict[str, Any] = {"image": job.image, "command": [ENTRYPOINT],
-                               "args": list(job.command),
+                               "args": _args(job),
                                "numNodes": job.nodes,
                                "numProcPerNode": job.instance.slots_per_node(),
                                "env": list(job.env)}
@@ -250,8 +271,8 @@ def build_manifest(
     effective = fabric or ("efa" if instance.has_efa else "tcp")
     variables = mnp_environment(instance, LAUNCHER[kind], fabric, wait_timeout_s, env)
     job = Job(job_name(stack), stack, nodes, instance, image_uri, list(command),
-              [{"name": k, "value": v} for k, v in sorted(variables.items())], effective,
-              tuple(mounts), tuple(claims))
+              [{"name": k, "value": k8s_literal(v)} for k, v in sorted(variables.items())],
+              effective, tuple(mounts), tuple(claims))
     if kind == "pytorchjob":
         manifest = pytorchjob(job, elastic)
     elif kind == "trainjob":
