@@ -2,7 +2,8 @@
 
 No Kubernetes control plane can run here; the CRDs' own ``openAPIV3Schema`` (PyTorchJob v1,
 MPIJob v2beta1, TrainJob v1alpha1) is what the API server would check first, so every manifest
-the generator writes for every declared (stack, instance) pair is checked against it. What this
+the generator writes for every declared (stack, instance) pair is checked against it, strictly (a
+field the schema does not define is an error: tests/publish/test_crds_strict.py). What this
 cannot prove: CEL rules, the operators' webhooks and what their controllers then do.
 """
 
