@@ -33,6 +33,7 @@ once every worker accepts connections.
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +63,14 @@ GAUDI = "habana.ai/gaudi"
 # torchrun restarts the worker group this many times before the job fails (project choice: a
 # node lost mid-run is replaced by the operator; the default of 0 would fail on the first loss).
 ELASTIC_MAX_RESTARTS = 3
+# The training-operator passes elasticPolicy.rdzvId to torchrun as PET_RDZV_ID only when the
+# manifest sets it (kubeflow/training-operator pkg/controller.v1/pytorch/elastic.go,
+# ElasticEnvVarGenerator.Generate, "if elasticPolicy.RDZVID != nil", at commit
+# 1417bbc35b6e7840b3ecab1cec17dbf553ad9e85). Without it every job gets torchrun's --rdzv-id
+# default, "none" (pytorch/pytorch torch/distributed/run.py, get_args_parser), and two jobs on one
+# rendezvous store (a shared etcd) join one rendezvous. So each manifest gets an id of its own:
+# the job name and random hex, new every time `invoke k8s` writes one.
+RDZV_ID_HEX_BYTES = 4
 # The ClusterTrainingRuntime Kubeflow Trainer installs for torchrun jobs
 # (https://github.com/kubeflow/trainer/blob/master/manifests/base/runtimes/torch_distributed.yaml).
 # Its node container has a `command:` of its own (`/bin/bash -c` printing the PET_ variables),
@@ -107,6 +116,11 @@ def job_name(stack: str) -> str:
 def k8s_literal(text: str) -> str:
     """``text`` with every ``$`` doubled: what Kubernetes' expansion turns back into ``text``."""
     return text.replace(_DOLLAR, _DOLLAR * 2)
+
+
+def rdzv_id(name: str) -> str:
+    """An elastic job's rendezvous id: ``<job name>-<8 random hex digits>``."""
+    return f"{name}-{secrets.token_hex(RDZV_ID_HEX_BYTES)}"
 
 
 def parse_elastic(text: str | None, nodes: int) -> tuple[int, int] | None:
@@ -175,7 +189,8 @@ def _metadata(job: Job) -> dict[str, Any]:
 
 def pytorchjob(job: Job, elastic: tuple[int, int] | None) -> dict[str, Any]:
     """Static: a Master and ``nodes - 1`` Workers. Elastic: ``nodes`` Workers and an
-    ``elasticPolicy`` (c10d rendezvous, hosted by the operator's ``<job>-worker-0``)."""
+    ``elasticPolicy`` (c10d rendezvous, hosted by the operator's ``<job>-worker-0``, under an id
+    of this manifest's own: :func:`rdzv_id`)."""
     # the training-operator finds the container by this name (pytorch_types.go)
     template = _pod(_container(job, "pytorch"), job)
     replicas: dict[str, Any] = {}
@@ -189,7 +204,8 @@ def pytorchjob(job: Job, elastic: tuple[int, int] | None) -> dict[str, Any]:
         replicas["Worker"] = {"replicas": job.nodes, "restartPolicy": "OnFailure",
                               "template": template}
         spec["elasticPolicy"] = {"minReplicas": elastic[0], "maxReplicas": elastic[1],
-                                 "rdzvBackend": "c10d", "maxRestarts": ELASTIC_MAX_RESTARTS}
+                                 "rdzvBackend": "c10d", "rdzvId": rdzv_id(job.name),
+                                 "maxRestarts": ELASTIC_MAX_RESTARTS}
     spec["pytorchReplicaSpecs"] = replicas
     spec["runPolicy"] = {"cleanPodPolicy": "None"}
     return {"apiVersion": crds.CRDS["PyTorchJob"].api_version, "kind": "PyTorchJob",

@@ -233,3 +233,16 @@ def test_k8s_refuses_a_pair_and_a_plan_with_problems(tmp_path):
 def test_k8s_without_a_command_or_kind(tmp_path):
     assert "give the training command after --" in one_line(k8s_cli("--kind", "mpijob", *PAIR), 2)
     assert "missing option --kind" in one_line(k8s_cli(*PAIR, command=COMMAND), 2)
+
+
+def test_each_elastic_manifest_has_a_rendezvous_id_of_its_own():
+    """The operator sets PET_RDZV_ID only from elasticPolicy.rdzvId (training-operator
+    elastic.go); without one, every job's torchrun uses the id "none"."""
+    first, second = (build_manifest("pytorchjob", "cuda11.7-efa", 3, "p4d.24xlarge", IMAGE,
+                                    COMMAND, fabric="efa", elastic=(2, 4))
+                     for _ in range(2))
+    ids = [m["spec"]["elasticPolicy"]["rdzvId"] for m in (first, second)]
+    assert all(re.fullmatch(r"mnp-cuda11-7-efa-[0-9a-f]{8}", i) for i in ids), ids
+    assert ids[0] != ids[1]
+    static = build_manifest("pytorchjob", "cuda11.7-efa", 3, "p4d.24xlarge", IMAGE, COMMAND)
+    assert "elasticPolicy" not in static["spec"]
