@@ -77,6 +77,17 @@ RDZV_ID_HEX_BYTES = 4
 # which would replace the image's ENTRYPOINT and take our args as its own; so a TrainJob, and only
 # a TrainJob, names the entrypoint as the trainer's command (the image's ENTRYPOINT path).
 TRAIN_RUNTIME = "torch-distributed"
+# The volumes (/dev/shm, --mount, --pvc) reach a TrainJob's pods only through spec.runtimePatches,
+# which Kubeflow Trainer has from v2.2.0 on: its changelog's "Breaking Changes" (kubeflow/trainer
+# CHANGELOG/CHANGELOG-2.2.md, v2.2.0 of 2026-03-19: "Replace PodTemplateOverrides with
+# RuntimePatches API", PR 3309; the field is TrainJobSpec.RuntimePatches in
+# pkg/apis/trainer/v1alpha1/trainjob_types.go). An older Trainer's API server prunes the field,
+# and the pods start with a 64 MB /dev/shm and none of the mounts, so the manifest says so in an
+# annotation (kept by the API server) and a comment at the top of the YAML.
+TRAINER_RELEASE = "v2.2.0"
+REQUIRES = "mnp-stacks/requires"
+TRAINER_REQUIREMENT = (f"Kubeflow Trainer {TRAINER_RELEASE} or later: older releases have no "
+                       "spec.runtimePatches and drop it, with /dev/shm and the volumes")
 ENTRYPOINT = "/usr/local/bin/mnp-entrypoint"
 MPI_SSH_PORT = 22  # the entrypoint's MPIJob worker sshd: the port the operator's ssh uses
 SSH_AUTH_MOUNT = "/root/.ssh"
@@ -227,8 +238,10 @@ def trainjob(job: Job) -> dict[str, Any]:
     pod = {"spec": {"volumes": volumes, "containers": [{"name": "node", "volumeMounts": points}]}}
     patch = {"manager": "mnp-stacks", "trainingRuntimeSpec": {"template": {"spec": {
         "replicatedJobs": [{"name": "node", "template": {"spec": {"template": pod}}}]}}}}
+    metadata = _metadata(job)
+    metadata["annotations"] = {REQUIRES: TRAINER_REQUIREMENT}
     return {"apiVersion": crds.CRDS["TrainJob"].api_version, "kind": "TrainJob",
-            "metadata": _metadata(job),
+            "metadata": metadata,
             "spec": {"runtimeRef": {"name": TRAIN_RUNTIME}, "trainer": trainer,
                      "runtimePatches": [patch]}}
 
@@ -307,5 +320,8 @@ class _PlainDumper(yaml.SafeDumper):
 
 
 def to_yaml(manifest: Mapping[str, Any]) -> str:
-    """``manifest`` as the YAML document ``kubectl apply -f`` takes, keys in the order built."""
-    return yaml.dump(dict(manifest), Dumper=_PlainDumper, sort_keys=False, width=100)
+    """``manifest`` as the YAML document ``kubectl apply -f`` takes, keys in the order built;
+    what it needs of the cluster (its ``mnp-stacks/requires`` annotation) as a first comment."""
+    needs = manifest.get("metadata", {}).get("annotations", {}).get(REQUIRES)
+    head = f"# Requires {needs}\n" if needs else ""
+    return head + yaml.dump(dict(manifest), Dumper=_PlainDumper, sort_keys=False, width=100)

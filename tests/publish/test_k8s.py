@@ -246,3 +246,23 @@ def test_each_elastic_manifest_has_a_rendezvous_id_of_its_own():
     assert ids[0] != ids[1]
     static = build_manifest("pytorchjob", "cuda11.7-efa", 3, "p4d.24xlarge", IMAGE, COMMAND)
     assert "elasticPolicy" not in static["spec"]
+
+
+def test_a_trainjob_states_the_trainer_release_it_needs(tmp_path):
+    """runtimePatches exists from Kubeflow Trainer v2.2.0 (its CHANGELOG-2.2.md); an older
+    Trainer drops it, and the pods lose /dev/shm and the mounts without a word."""
+    target = tmp_path / "job.yaml"
+    proc = k8s_cli("--kind", "trainjob", *PAIR, "--output", str(target), command=COMMAND)
+    assert proc.returncode == 0, proc.stderr
+    text = target.read_text()
+    assert text.splitlines()[0] == ("# Requires Kubeflow Trainer v2.2.0 or later: older releases "
+                                    "have no spec.runtimePatches and drop it, with /dev/shm and "
+                                    "the volumes")
+    manifest = yaml.safe_load(text)
+    assert manifest["metadata"]["annotations"]["mnp-stacks/requires"].startswith(
+        "Kubeflow Trainer v2.2.0 or later")
+    assert manifest["spec"]["runtimePatches"]  # what the requirement is about
+    assert "runtimePatches" in crds.schema("TrainJob")["properties"]["spec"]["properties"]
+    for kind in ("pytorchjob", "mpijob"):  # their operators' APIs have no such field to lose
+        other = build_manifest(kind, "cpu-tcp", 2, "c5n.18xlarge", IMAGE, COMMAND)
+        assert "annotations" not in other["metadata"]
