@@ -50,13 +50,32 @@ KINDS = {"pytorchjob": "PyTorchJob", "trainjob": "TrainJob", "mpijob": "MPIJob"}
 # The launcher unit the entrypoint runs under each kind (MNP_LAUNCHER).
 LAUNCHER = {"pytorchjob": "torchrun", "trainjob": "torchrun", "mpijob": "mpirun"}
 # The EKS user guide's EFA example (an MPIJob running nccl-tests) gives each worker
-# hugepages-2Mi: 5120Mi with memory: 8000Mi (https://docs.aws.amazon.com/eks/latest/userguide/
-# node-efa.html, the example test's manifest);
-# Kubernetes accepts huge pages only with a cpu or memory request (https://kubernetes.io/docs/
-# tasks/manage-hugepages/scheduling-hugepages/). Memory is a request, not a limit: a training job
-# owns the node and must not be killed at 8000Mi.
+# hugepages-2Mi: 5120Mi (https://docs.aws.amazon.com/eks/latest/userguide/node-efa.html, the
+# example test's manifest); Kubernetes accepts huge pages only with a cpu or memory request
+# (https://kubernetes.io/docs/tasks/manage-hugepages/scheduling-hugepages/), which every node pod
+# has (NODE_SHARE below).
 HUGEPAGES = "5120Mi"
-EFA_MEMORY_REQUEST = "8000Mi"
+# Every node pod requests this share of the instance's vCPUs and memory (the instance table's
+# `vcpus` and `memory_gib`), as requests only: the job owns the node and may use all of it.
+# - More than half, so the scheduler never puts two of the job's pods on one node: without
+#   requests, a CPU stack's pods ask for nothing and two 36-slot workers can share one
+#   c5n.18xlarge (issue 25).
+# - Under what the kubelet leaves to pods, Allocatable = Capacity - kube-reserved -
+#   system-reserved - eviction threshold (https://kubernetes.io/docs/tasks/administer-cluster/
+#   reserve-compute-resources/, "Node Allocatable"), less the node's DaemonSets (CNI, kube-proxy,
+#   device plugins). EKS's AMI reserves 11 MiB x maxPods + 255 MiB of memory and well under one
+#   vCPU (awslabs/amazon-eks-ami nodeadm/internal/kubelet/config.go,
+#   getMemoryMebibytesToReserve and getCPUMillicoresToReserve); the largest of those in the table
+#   is c5n.18xlarge's, maxPods 737 (amazon-eks-ami files/eni-max-pods.txt): 8.2 GiB, 4 % of its
+#   192 GiB. The 10 % left over also covers the kernel's memory (a node's capacity is what the
+#   kernel reports, below the instance's nominal memory). Project choice; a cluster that
+#   reserves more needs a smaller share.
+NODE_SHARE_TENTHS = 9
+# The well-known label the kubelet sets to the cloud provider's instance type
+# (https://kubernetes.io/docs/reference/labels-annotations-taints/#nodekubernetesioinstance-type;
+# https://kubernetes.io/docs/reference/node/node-labels/, "Preset labels"): each node pod is
+# pinned to nodes of --instance-type, whose GPUs, EFA interfaces and slots the plan assumes.
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 # Habana's device plugin names Gaudi cards habana.ai/gaudi (https://docs.habana.ai/en/latest/
 # Orchestration/Gaudi_Kubernetes/Device_Plugin_for_Kubernetes.html).
 GAUDI = "habana.ai/gaudi"
@@ -150,9 +169,17 @@ def parse_elastic(text: str | None, nodes: int) -> tuple[int, int] | None:
     return low, high
 
 
+def node_requests(instance: InstanceType) -> dict[str, str]:
+    """A node pod's ``cpu`` and ``memory`` requests: NODE_SHARE_TENTHS of the instance."""
+    cpus = instance.vcpus * NODE_SHARE_TENTHS // 10
+    memory_gib = instance.memory_mib * NODE_SHARE_TENTHS // 10 // 1024
+    return {"cpu": str(cpus), "memory": f"{memory_gib}Gi"}
+
+
 def resources(instance: InstanceType, fabric: str) -> dict[str, dict[str, str]]:
-    """A node pod's ``resources``: accelerators, EFA interfaces and huge pages (requests equal
-    limits, as Kubernetes requires for extended resources and huge pages)."""
+    """A node pod's ``resources``: most of the instance's CPUs and memory (requests only), and
+    its accelerators, EFA interfaces and huge pages (requests equal to limits, as Kubernetes
+    requires for extended resources and huge pages)."""
     limits: dict[str, str] = {}
     if instance.gpus:
         limits["nvidia.com/gpu"] = str(instance.gpus)
@@ -161,10 +188,10 @@ def resources(instance: InstanceType, fabric: str) -> dict[str, dict[str, str]]:
     if fabric == "efa" and instance.has_efa:
         limits["vpc.amazonaws.com/efa"] = str(instance.efa_interfaces)
         limits["hugepages-2Mi"] = HUGEPAGES
-    requests = dict(limits)
-    if "hugepages-2Mi" in limits:
-        requests["memory"] = EFA_MEMORY_REQUEST
-    return {"limits": limits, "requests": requests} if limits else {}
+    shape: dict[str, dict[str, str]] = {"requests": {**node_requests(instance), **limits}}
+    if limits:
+        shape["limits"] = limits
+    return shape
 
 
 def _volumes(job: Job) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -178,19 +205,29 @@ def _args(job: Job) -> list[str]:
     return [k8s_literal(word) for word in job.command]
 
 
-def _container(job: Job, name: str, gpus: bool = True) -> dict[str, Any]:
+def _container(job: Job, name: str, node: bool = True) -> dict[str, Any]:
+    """The job's container; a ``node`` container (one of the job's nodes) gets the instance's
+    resources."""
     _, points = _volumes(job)
     container: dict[str, Any] = {"name": name, "image": job.image, "args": _args(job),
                                  "env": list(job.env), "volumeMounts": points}
-    shape = resources(job.instance, job.fabric) if gpus else {}
-    if shape:
-        container["resources"] = shape
+    if node:
+        container["resources"] = resources(job.instance, job.fabric)
     return container
 
 
-def _pod(container: dict[str, Any], job: Job) -> dict[str, Any]:
+def node_selector(job: Job) -> dict[str, str]:
+    """Nodes of the job's instance type only (see INSTANCE_TYPE_LABEL)."""
+    return {INSTANCE_TYPE_LABEL: job.instance.name}
+
+
+def _pod(container: dict[str, Any], job: Job, node: bool = True) -> dict[str, Any]:
+    """A pod template; a ``node`` pod (one of the job's nodes) is pinned to the instance type."""
     volumes, _ = _volumes(job)
-    return {"spec": {"containers": [container], "volumes": volumes}}
+    spec: dict[str, Any] = {"containers": [container], "volumes": volumes}
+    if node:
+        spec["nodeSelector"] = node_selector(job)
+    return {"spec": spec}
 
 
 def _metadata(job: Job) -> dict[str, Any]:
@@ -232,10 +269,9 @@ def trainjob(job: Job) -> dict[str, Any]:
                                "numNodes": job.nodes,
                                "numProcPerNode": job.instance.slots_per_node(),
                                "env": list(job.env)}
-    shape = resources(job.instance, job.fabric)
-    if shape:
-        trainer["resourcesPerNode"] = shape
-    pod = {"spec": {"volumes": volumes, "containers": [{"name": "node", "volumeMounts": points}]}}
+    trainer["resourcesPerNode"] = resources(job.instance, job.fabric)
+    pod = {"spec": {"nodeSelector": node_selector(job), "volumes": volumes,
+                    "containers": [{"name": "node", "volumeMounts": points}]}}
     patch = {"manager": "mnp-stacks", "trainingRuntimeSpec": {"template": {"spec": {
         "replicatedJobs": [{"name": "node", "template": {"spec": {"template": pod}}}]}}}}
     metadata = _metadata(job)
@@ -247,9 +283,12 @@ def trainjob(job: Job) -> dict[str, Any]:
 
 
 def mpijob(job: Job) -> dict[str, Any]:
-    """A launcher (runs mpirun through the entrypoint; no GPUs) and ``nodes`` workers (serve SSH
-    through the entrypoint, see the module docstring)."""
-    launcher = _container(job, "launcher", gpus=False)
+    """A launcher (runs mpirun through the entrypoint) and ``nodes`` workers (serve SSH through
+    the entrypoint, see the module docstring). The launcher runs no ranks
+    (``runLauncherAsWorker`` is not set: false by default, schemas/kubeflow/
+    kubeflow.org_mpijobs.yaml), so it asks for no share of a node and no node of the instance
+    type: it runs wherever the cluster has room."""
+    launcher = _container(job, "launcher", node=False)
     worker = _container(job, "worker")
     worker["ports"] = [{"name": "ssh", "containerPort": MPI_SSH_PORT}]
     worker["readinessProbe"] = {"tcpSocket": {"port": MPI_SSH_PORT}, "periodSeconds": 2}
@@ -261,7 +300,7 @@ def mpijob(job: Job) -> dict[str, Any]:
         "runPolicy": {"cleanPodPolicy": "Running"},
         "mpiReplicaSpecs": {
             "Launcher": {"replicas": 1, "restartPolicy": "OnFailure",
-                         "template": _pod(launcher, job)},
+                         "template": _pod(launcher, job, node=False)},
             "Worker": {"replicas": job.nodes, "template": _pod(worker, job)},
         },
     }
