@@ -5,11 +5,22 @@ No Kubernetes API server can run where this project is built and tested, so ever
 version of its CRD (PyTorchJob v1 from kubeflow/training-operator, MPIJob v2beta1 from
 kubeflow/mpi-operator, TrainJob v1alpha1 from kubeflow/trainer; sources, commits and licence in
 ``schemas/kubeflow/SOURCES.md``). ``jsonschema`` checks types, required fields, enums and patterns;
-it ignores the ``x-kubernetes-*`` extensions and CEL rules, and no operator webhook runs here.
+it ignores CEL rules (``x-kubernetes-validations``), and no operator webhook runs here.
+
+Unknown fields are errors, as ``kubectl apply --validate=strict`` makes them. A CRD's schema is
+structural, and the API server prunes every field it does not define: a field is known only where
+its object lists it under ``properties`` (or gives ``additionalProperties``, a map), unless the
+object sets ``x-kubernetes-preserve-unknown-fields: true``; the root ``metadata`` is ObjectMeta,
+whatever the CRD says (https://kubernetes.io/docs/tasks/extend-kubernetes/custom-resources/
+custom-resource-definitions/, "Field pruning" and "Specifying a structural schema"; strict field
+validation reports what pruning would drop: https://kubernetes.io/docs/reference/using-api/
+api-concepts/#field-validation). :func:`strict` writes that rule into the schema as
+``additionalProperties: false``, so a misspelt field fails here instead of vanishing on apply.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -59,6 +70,56 @@ def schema(kind: str) -> dict[str, Any]:
     raise UserError(f"{crd.file}: no served version {crd.api_version}")
 
 
+# ObjectMeta's fields (https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/
+# object-meta/): the API server checks the root metadata of every object against these.
+OBJECT_META = ("annotations", "creationTimestamp", "deletionGracePeriodSeconds",
+               "deletionTimestamp", "finalizers", "generateName", "generation", "labels",
+               "managedFields", "name", "namespace", "ownerReferences", "resourceVersion",
+               "selfLink", "uid")
+_STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+_PRESERVE = "x-kubernetes-preserve-unknown-fields"
+
+
+def _close(node: dict[str, Any]) -> None:
+    """Make ``node`` and every object below it refuse the fields its schema does not define.
+
+    ``allOf``/``anyOf``/``oneOf``/``not`` are left alone: in a structural schema they only
+    restrict values and never make a field known."""
+    if not node.get(_PRESERVE) and "additionalProperties" not in node and (
+            node.get("type") == "object" or "properties" in node):
+        node["additionalProperties"] = False
+    for child in node.get("properties", {}).values():
+        _close(child)
+    if isinstance(node.get("additionalProperties"), dict):
+        _close(node["additionalProperties"])
+    if isinstance(node.get("items"), dict):
+        _close(node["items"])
+
+
+@cache
+def strict(kind: str) -> dict[str, Any]:
+    """``kind``'s schema as the API server applies it: unknown fields refused, root
+    ``metadata`` checked as ObjectMeta (names and label and annotation maps)."""
+    closed = copy.deepcopy(schema(kind))
+    closed["properties"]["metadata"] = {
+        "type": "object", "properties": {name: {} for name in OBJECT_META}}
+    closed["properties"]["metadata"]["properties"].update(labels=_STRING_MAP,
+                                                          annotations=_STRING_MAP)
+    _close(closed)
+    return closed
+
+
+def _message(error: jsonschema.ValidationError) -> list[str]:
+    """One ``path: message`` per problem; an unknown field named at its own path."""
+    path = "/".join(str(part) for part in error.absolute_path)
+    if error.validator == "additionalProperties" and error.validator_value is False:
+        known = set(error.schema.get("properties", {}))
+        return [f"{path + '/' if path else ''}{field}: unknown field (not in the CRD schema: "
+                "the API server would drop it, kubectl --validate=strict refuses it)"
+                for field in sorted(set(error.instance) - known)]
+    return [f"{path or '(top)'}: {error.message}"]
+
+
 def errors(manifest: Mapping[str, Any]) -> list[str]:
     """Every place ``manifest`` breaks its CRD's schema, as ``path: message`` (sorted)."""
     kind = manifest.get("kind")
@@ -67,12 +128,9 @@ def errors(manifest: Mapping[str, Any]) -> list[str]:
     crd = CRDS[kind]
     if manifest.get("apiVersion") != crd.api_version:
         return [f"apiVersion: {manifest.get('apiVersion')!r} is not {crd.api_version}"]
-    validator = jsonschema.Draft7Validator(schema(kind))
-    found = []
-    for error in validator.iter_errors(dict(manifest)):
-        path = "/".join(str(part) for part in error.absolute_path) or "(top)"
-        found.append(f"{path}: {error.message}")
-    return sorted(found)
+    validator = jsonschema.Draft7Validator(strict(kind))
+    return sorted(line for error in validator.iter_errors(dict(manifest))
+                  for line in _message(error))
 
 
 def validate(manifest: Mapping[str, Any]) -> None:

@@ -14,7 +14,10 @@ before it is returned. Every kind follows the same rules:
 - the job's ``--mount`` folders as ``hostPath`` volumes and ``--pvc`` claims (e.g. an FSx for
   Lustre ``fsx-pvc``) as ``persistentVolumeClaim`` volumes;
 - the ``MNP_*`` settings the entrypoint reads; the operators' own variables (``PET_*``,
-  ``MASTER_ADDR``, ``K_MPI_JOB_ROLE`` ...) are left to the operators.
+  ``MASTER_ADDR``, ``K_MPI_JOB_ROLE`` ...) are left to the operators;
+- every ``$`` of the command and of env values written as ``$$`` (:func:`k8s_literal`): the
+  kubelet expands ``$(NAME)`` and turns ``$$`` into ``$`` in both before the container starts,
+  so the container gets the command word for word as typed.
 
 MPIJob workers: the MPI operator starts a worker with ``/usr/sbin/sshd -De`` only when its
 template gives neither ``command`` nor ``args`` (mpi-operator ``mpi_job_controller.go``,
@@ -30,6 +33,7 @@ once every worker accepts connections.
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,29 +50,76 @@ KINDS = {"pytorchjob": "PyTorchJob", "trainjob": "TrainJob", "mpijob": "MPIJob"}
 # The launcher unit the entrypoint runs under each kind (MNP_LAUNCHER).
 LAUNCHER = {"pytorchjob": "torchrun", "trainjob": "torchrun", "mpijob": "mpirun"}
 # The EKS user guide's EFA example (an MPIJob running nccl-tests) gives each worker
-# hugepages-2Mi: 5120Mi with memory: 8000Mi (https://docs.aws.amazon.com/eks/latest/userguide/
-# node-efa.html, the example test's manifest);
-# Kubernetes accepts huge pages only with a cpu or memory request (https://kubernetes.io/docs/
-# tasks/manage-hugepages/scheduling-hugepages/). Memory is a request, not a limit: a training job
-# owns the node and must not be killed at 8000Mi.
+# hugepages-2Mi: 5120Mi (https://docs.aws.amazon.com/eks/latest/userguide/node-efa.html, the
+# example test's manifest); Kubernetes accepts huge pages only with a cpu or memory request
+# (https://kubernetes.io/docs/tasks/manage-hugepages/scheduling-hugepages/), which every node pod
+# has (NODE_SHARE below).
 HUGEPAGES = "5120Mi"
-EFA_MEMORY_REQUEST = "8000Mi"
+# Every node pod requests this share of the instance's vCPUs and memory (the instance table's
+# `vcpus` and `memory_gib`), as requests only: the job owns the node and may use all of it.
+# - More than half, so the scheduler never puts two of the job's pods on one node: without
+#   requests, a CPU stack's pods ask for nothing and two 36-slot workers can share one
+#   c5n.18xlarge (issue 25).
+# - Under what the kubelet leaves to pods, Allocatable = Capacity - kube-reserved -
+#   system-reserved - eviction threshold (https://kubernetes.io/docs/tasks/administer-cluster/
+#   reserve-compute-resources/, "Node Allocatable"), less the node's DaemonSets (CNI, kube-proxy,
+#   device plugins). EKS's AMI reserves 11 MiB x maxPods + 255 MiB of memory and well under one
+#   vCPU (awslabs/amazon-eks-ami nodeadm/internal/kubelet/config.go,
+#   getMemoryMebibytesToReserve and getCPUMillicoresToReserve); the largest of those in the table
+#   is c5n.18xlarge's, maxPods 737 (amazon-eks-ami files/eni-max-pods.txt): 8.2 GiB, 4 % of its
+#   192 GiB. The 10 % left over also covers the kernel's memory (a node's capacity is what the
+#   kernel reports, below the instance's nominal memory). Project choice; a cluster that
+#   reserves more needs a smaller share.
+NODE_SHARE_TENTHS = 9
+# The well-known label the kubelet sets to the cloud provider's instance type
+# (https://kubernetes.io/docs/reference/labels-annotations-taints/#nodekubernetesioinstance-type;
+# https://kubernetes.io/docs/reference/node/node-labels/, "Preset labels"): each node pod is
+# pinned to nodes of --instance-type, whose GPUs, EFA interfaces and slots the plan assumes.
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 # Habana's device plugin names Gaudi cards habana.ai/gaudi (https://docs.habana.ai/en/latest/
 # Orchestration/Gaudi_Kubernetes/Device_Plugin_for_Kubernetes.html).
 GAUDI = "habana.ai/gaudi"
 # torchrun restarts the worker group this many times before the job fails (project choice: a
 # node lost mid-run is replaced by the operator; the default of 0 would fail on the first loss).
 ELASTIC_MAX_RESTARTS = 3
+# The training-operator passes elasticPolicy.rdzvId to torchrun as PET_RDZV_ID only when the
+# manifest sets it (kubeflow/training-operator pkg/controller.v1/pytorch/elastic.go,
+# ElasticEnvVarGenerator.Generate, "if elasticPolicy.RDZVID != nil", at commit
+# 1417bbc35b6e7840b3ecab1cec17dbf553ad9e85). Without it every job gets torchrun's --rdzv-id
+# default, "none" (pytorch/pytorch torch/distributed/run.py, get_args_parser), and two jobs on one
+# rendezvous store (a shared etcd) join one rendezvous. So each manifest gets an id of its own:
+# the job name and random hex, new every time `invoke k8s` writes one.
+RDZV_ID_HEX_BYTES = 4
 # The ClusterTrainingRuntime Kubeflow Trainer installs for torchrun jobs
 # (https://github.com/kubeflow/trainer/blob/master/manifests/base/runtimes/torch_distributed.yaml).
 # Its node container has a `command:` of its own (`/bin/bash -c` printing the PET_ variables),
 # which would replace the image's ENTRYPOINT and take our args as its own; so a TrainJob, and only
 # a TrainJob, names the entrypoint as the trainer's command (the image's ENTRYPOINT path).
 TRAIN_RUNTIME = "torch-distributed"
+# The volumes (/dev/shm, --mount, --pvc) reach a TrainJob's pods only through spec.runtimePatches,
+# which Kubeflow Trainer has from v2.2.0 on: its changelog's "Breaking Changes" (kubeflow/trainer
+# CHANGELOG/CHANGELOG-2.2.md, v2.2.0 of 2026-03-19: "Replace PodTemplateOverrides with
+# RuntimePatches API", PR 3309; the field is TrainJobSpec.RuntimePatches in
+# pkg/apis/trainer/v1alpha1/trainjob_types.go). An older Trainer's API server prunes the field,
+# and the pods start with a 64 MB /dev/shm and none of the mounts, so the manifest says so in an
+# annotation (kept by the API server) and a comment at the top of the YAML.
+TRAINER_RELEASE = "v2.2.0"
+REQUIRES = "mnp-stacks/requires"
+TRAINER_REQUIREMENT = (f"Kubeflow Trainer {TRAINER_RELEASE} or later: older releases have no "
+                       "spec.runtimePatches and drop it, with /dev/shm and the volumes")
 ENTRYPOINT = "/usr/local/bin/mnp-entrypoint"
 MPI_SSH_PORT = 22  # the entrypoint's MPIJob worker sshd: the port the operator's ssh uses
 SSH_AUTH_MOUNT = "/root/.ssh"
 _ELASTIC = re.compile(r"^(\d+):(\d+)$")
+# The kubelet runs every container's command and args, and every env value, through Kubernetes'
+# dependent-variable expansion before the container starts (kubernetes/kubernetes
+# pkg/kubelet/container/helpers.go, ExpandContainerCommandAndArgs, and
+# pkg/kubelet/kubelet_pods.go, makeEnvironmentVariables): third_party/forked/golang/expansion/
+# expand.go (Expand and tryReadVariableName, at commit fde22c3f9aacfd260225a9741de123a41157b7c0)
+# replaces `$(NAME)` by NAME's value when NAME is set and turns `$$` into `$`. A `$` written as
+# `$$` comes out as one `$` and can never start a reference, so the container sees exactly what
+# was typed (tests/publish/test_k8s_expansion.py runs a port of Expand over arbitrary commands).
+_DOLLAR = "$"
 
 
 @dataclass(frozen=True)
@@ -92,6 +143,16 @@ def job_name(stack: str) -> str:
     return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", f"mnp-{stack}".lower()))[:40].strip("-")
 
 
+def k8s_literal(text: str) -> str:
+    """``text`` with every ``$`` doubled: what Kubernetes' expansion turns back into ``text``."""
+    return text.replace(_DOLLAR, _DOLLAR * 2)
+
+
+def rdzv_id(name: str) -> str:
+    """An elastic job's rendezvous id: ``<job name>-<8 random hex digits>``."""
+    return f"{name}-{secrets.token_hex(RDZV_ID_HEX_BYTES)}"
+
+
 def parse_elastic(text: str | None, nodes: int) -> tuple[int, int] | None:
     """``--elastic MIN:MAX`` with ``MIN <= nodes <= MAX`` (the pods started at first)."""
     if text is None:
@@ -108,9 +169,17 @@ def parse_elastic(text: str | None, nodes: int) -> tuple[int, int] | None:
     return low, high
 
 
+def node_requests(instance: InstanceType) -> dict[str, str]:
+    """A node pod's ``cpu`` and ``memory`` requests: NODE_SHARE_TENTHS of the instance."""
+    cpus = instance.vcpus * NODE_SHARE_TENTHS // 10
+    memory_gib = instance.memory_mib * NODE_SHARE_TENTHS // 10 // 1024
+    return {"cpu": str(cpus), "memory": f"{memory_gib}Gi"}
+
+
 def resources(instance: InstanceType, fabric: str) -> dict[str, dict[str, str]]:
-    """A node pod's ``resources``: accelerators, EFA interfaces and huge pages (requests equal
-    limits, as Kubernetes requires for extended resources and huge pages)."""
+    """A node pod's ``resources``: most of the instance's CPUs and memory (requests only), and
+    its accelerators, EFA interfaces and huge pages (requests equal to limits, as Kubernetes
+    requires for extended resources and huge pages)."""
     limits: dict[str, str] = {}
     if instance.gpus:
         limits["nvidia.com/gpu"] = str(instance.gpus)
@@ -119,10 +188,10 @@ def resources(instance: InstanceType, fabric: str) -> dict[str, dict[str, str]]:
     if fabric == "efa" and instance.has_efa:
         limits["vpc.amazonaws.com/efa"] = str(instance.efa_interfaces)
         limits["hugepages-2Mi"] = HUGEPAGES
-    requests = dict(limits)
-    if "hugepages-2Mi" in limits:
-        requests["memory"] = EFA_MEMORY_REQUEST
-    return {"limits": limits, "requests": requests} if limits else {}
+    shape: dict[str, dict[str, str]] = {"requests": {**node_requests(instance), **limits}}
+    if limits:
+        shape["limits"] = limits
+    return shape
 
 
 def _volumes(job: Job) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -132,19 +201,33 @@ def _volumes(job: Job) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return [shm, *volumes], [{"name": "dshm", "mountPath": "/dev/shm"}, *points]
 
 
-def _container(job: Job, name: str, gpus: bool = True) -> dict[str, Any]:
+def _args(job: Job) -> list[str]:
+    return [k8s_literal(word) for word in job.command]
+
+
+def _container(job: Job, name: str, node: bool = True) -> dict[str, Any]:
+    """The job's container; a ``node`` container (one of the job's nodes) gets the instance's
+    resources."""
     _, points = _volumes(job)
-    container: dict[str, Any] = {"name": name, "image": job.image, "args": list(job.command),
+    container: dict[str, Any] = {"name": name, "image": job.image, "args": _args(job),
                                  "env": list(job.env), "volumeMounts": points}
-    shape = resources(job.instance, job.fabric) if gpus else {}
-    if shape:
-        container["resources"] = shape
+    if node:
+        container["resources"] = resources(job.instance, job.fabric)
     return container
 
 
-def _pod(container: dict[str, Any], job: Job) -> dict[str, Any]:
+def node_selector(job: Job) -> dict[str, str]:
+    """Nodes of the job's instance type only (see INSTANCE_TYPE_LABEL)."""
+    return {INSTANCE_TYPE_LABEL: job.instance.name}
+
+
+def _pod(container: dict[str, Any], job: Job, node: bool = True) -> dict[str, Any]:
+    """A pod template; a ``node`` pod (one of the job's nodes) is pinned to the instance type."""
     volumes, _ = _volumes(job)
-    return {"spec": {"containers": [container], "volumes": volumes}}
+    spec: dict[str, Any] = {"containers": [container], "volumes": volumes}
+    if node:
+        spec["nodeSelector"] = node_selector(job)
+    return {"spec": spec}
 
 
 def _metadata(job: Job) -> dict[str, Any]:
@@ -154,7 +237,8 @@ def _metadata(job: Job) -> dict[str, Any]:
 
 def pytorchjob(job: Job, elastic: tuple[int, int] | None) -> dict[str, Any]:
     """Static: a Master and ``nodes - 1`` Workers. Elastic: ``nodes`` Workers and an
-    ``elasticPolicy`` (c10d rendezvous, hosted by the operator's ``<job>-worker-0``)."""
+    ``elasticPolicy`` (c10d rendezvous, hosted by the operator's ``<job>-worker-0``, under an id
+    of this manifest's own: :func:`rdzv_id`)."""
     # the training-operator finds the container by this name (pytorch_types.go)
     template = _pod(_container(job, "pytorch"), job)
     replicas: dict[str, Any] = {}
@@ -168,7 +252,8 @@ def pytorchjob(job: Job, elastic: tuple[int, int] | None) -> dict[str, Any]:
         replicas["Worker"] = {"replicas": job.nodes, "restartPolicy": "OnFailure",
                               "template": template}
         spec["elasticPolicy"] = {"minReplicas": elastic[0], "maxReplicas": elastic[1],
-                                 "rdzvBackend": "c10d", "maxRestarts": ELASTIC_MAX_RESTARTS}
+                                 "rdzvBackend": "c10d", "rdzvId": rdzv_id(job.name),
+                                 "maxRestarts": ELASTIC_MAX_RESTARTS}
     spec["pytorchReplicaSpecs"] = replicas
     spec["runPolicy"] = {"cleanPodPolicy": "None"}
     return {"apiVersion": crds.CRDS["PyTorchJob"].api_version, "kind": "PyTorchJob",
@@ -180,26 +265,30 @@ def trainjob(job: Job) -> dict[str, Any]:
     patch of its ``node`` replicated job (the only place this API takes pod volumes)."""
     volumes, points = _volumes(job)
     trainer: dict[str, Any] = {"image": job.image, "command": [ENTRYPOINT],
-                               "args": list(job.command),
+                               "args": _args(job),
                                "numNodes": job.nodes,
                                "numProcPerNode": job.instance.slots_per_node(),
                                "env": list(job.env)}
-    shape = resources(job.instance, job.fabric)
-    if shape:
-        trainer["resourcesPerNode"] = shape
-    pod = {"spec": {"volumes": volumes, "containers": [{"name": "node", "volumeMounts": points}]}}
+    trainer["resourcesPerNode"] = resources(job.instance, job.fabric)
+    pod = {"spec": {"nodeSelector": node_selector(job), "volumes": volumes,
+                    "containers": [{"name": "node", "volumeMounts": points}]}}
     patch = {"manager": "mnp-stacks", "trainingRuntimeSpec": {"template": {"spec": {
         "replicatedJobs": [{"name": "node", "template": {"spec": {"template": pod}}}]}}}}
+    metadata = _metadata(job)
+    metadata["annotations"] = {REQUIRES: TRAINER_REQUIREMENT}
     return {"apiVersion": crds.CRDS["TrainJob"].api_version, "kind": "TrainJob",
-            "metadata": _metadata(job),
+            "metadata": metadata,
             "spec": {"runtimeRef": {"name": TRAIN_RUNTIME}, "trainer": trainer,
                      "runtimePatches": [patch]}}
 
 
 def mpijob(job: Job) -> dict[str, Any]:
-    """A launcher (runs mpirun through the entrypoint; no GPUs) and ``nodes`` workers (serve SSH
-    through the entrypoint, see the module docstring)."""
-    launcher = _container(job, "launcher", gpus=False)
+    """A launcher (runs mpirun through the entrypoint) and ``nodes`` workers (serve SSH through
+    the entrypoint, see the module docstring). The launcher runs no ranks
+    (``runLauncherAsWorker`` is not set: false by default, schemas/kubeflow/
+    kubeflow.org_mpijobs.yaml), so it asks for no share of a node and no node of the instance
+    type: it runs wherever the cluster has room."""
+    launcher = _container(job, "launcher", node=False)
     worker = _container(job, "worker")
     worker["ports"] = [{"name": "ssh", "containerPort": MPI_SSH_PORT}]
     worker["readinessProbe"] = {"tcpSocket": {"port": MPI_SSH_PORT}, "periodSeconds": 2}
@@ -211,7 +300,7 @@ def mpijob(job: Job) -> dict[str, Any]:
         "runPolicy": {"cleanPodPolicy": "Running"},
         "mpiReplicaSpecs": {
             "Launcher": {"replicas": 1, "restartPolicy": "OnFailure",
-                         "template": _pod(launcher, job)},
+                         "template": _pod(launcher, job, node=False)},
             "Worker": {"replicas": job.nodes, "template": _pod(worker, job)},
         },
     }
@@ -250,8 +339,8 @@ def build_manifest(
     effective = fabric or ("efa" if instance.has_efa else "tcp")
     variables = mnp_environment(instance, LAUNCHER[kind], fabric, wait_timeout_s, env)
     job = Job(job_name(stack), stack, nodes, instance, image_uri, list(command),
-              [{"name": k, "value": v} for k, v in sorted(variables.items())], effective,
-              tuple(mounts), tuple(claims))
+              [{"name": k, "value": k8s_literal(v)} for k, v in sorted(variables.items())],
+              effective, tuple(mounts), tuple(claims))
     if kind == "pytorchjob":
         manifest = pytorchjob(job, elastic)
     elif kind == "trainjob":
@@ -270,5 +359,8 @@ class _PlainDumper(yaml.SafeDumper):
 
 
 def to_yaml(manifest: Mapping[str, Any]) -> str:
-    """``manifest`` as the YAML document ``kubectl apply -f`` takes, keys in the order built."""
-    return yaml.dump(dict(manifest), Dumper=_PlainDumper, sort_keys=False, width=100)
+    """``manifest`` as the YAML document ``kubectl apply -f`` takes, keys in the order built;
+    what it needs of the cluster (its ``mnp-stacks/requires`` annotation) as a first comment."""
+    needs = manifest.get("metadata", {}).get("annotations", {}).get(REQUIRES)
+    head = f"# Requires {needs}\n" if needs else ""
+    return head + yaml.dump(dict(manifest), Dumper=_PlainDumper, sort_keys=False, width=100)

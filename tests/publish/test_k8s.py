@@ -2,7 +2,8 @@
 
 No Kubernetes control plane can run here; the CRDs' own ``openAPIV3Schema`` (PyTorchJob v1,
 MPIJob v2beta1, TrainJob v1alpha1) is what the API server would check first, so every manifest
-the generator writes for every declared (stack, instance) pair is checked against it. What this
+the generator writes for every declared (stack, instance) pair is checked against it, strictly (a
+field the schema does not define is an error: tests/publish/test_crds_strict.py). What this
 cannot prove: CEL rules, the operators' webhooks and what their controllers then do.
 """
 
@@ -22,7 +23,7 @@ from matrix.deploy import crds
 from matrix.deploy.k8s import ENTRYPOINT, KINDS, build_manifest, parse_elastic, resources
 from matrix.deploy.mounts import Claim, Mount
 from matrix.errors import UsageError, UserError
-from matrix.model.instances import get_instance_type
+from matrix.model.instances import INSTANCE_TYPES, get_instance_type
 from matrix.model.loader import load_matrix
 from tests.helpers import one_line
 
@@ -75,6 +76,9 @@ def test_every_declared_pair_makes_valid_manifests_of_every_kind(stack, instance
             assert trainer["args"] == COMMAND and trainer["command"] == [ENTRYPOINT]
             assert trainer["numNodes"] == 2
             assert trainer.get("resourcesPerNode", {}) == expected
+            patched = manifest["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]
+            pod = patched["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+            assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": instance_type}
             continue
         for pod in pods(manifest):
             (container,) = pod["containers"]
@@ -88,6 +92,7 @@ def test_every_declared_pair_makes_valid_manifests_of_every_kind(stack, instance
             assert claims == ["fsx-pvc"]
             if container["name"] != "launcher":
                 assert container.get("resources", {}) == expected
+                assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": instance_type}
 
 
 def test_resources_follow_the_instance_table():
@@ -98,7 +103,9 @@ def test_resources_follow_the_instance_table():
     assert "memory" not in p4d["limits"]  # a request only: the job owns the node
     # tcp on an EFA type: no EFA interfaces, no huge pages
     assert resources(get_instance_type("p4d.24xlarge"), "tcp")["limits"] == {"nvidia.com/gpu": "8"}
-    assert resources(get_instance_type("c5n.18xlarge"), "tcp") == {}
+    # a CPU type: no accelerators, but 9/10 of its 72 vCPUs and 192 GiB (issue 25)
+    assert resources(get_instance_type("c5n.18xlarge"), "tcp") == {
+        "requests": {"cpu": "64", "memory": "172Gi"}}
     assert resources(get_instance_type("dl1.24xlarge"), "efa")["limits"]["habana.ai/gaudi"] == "8"
 
 
@@ -134,7 +141,8 @@ def test_mpijob_workers_start_through_the_entrypoint():
         env = {item["name"]: item["value"] for item in container["env"]}
         assert env["MNP_LAUNCHER"] == "mpirun"
         assert not {"K_MPI_JOB_ROLE", "OMPI_MCA_orte_default_hostfile"} & set(env)
-    assert "resources" not in launcher  # the launcher holds no GPU
+    assert "resources" not in launcher  # the launcher holds no GPU and no share of a node
+    assert "nodeSelector" not in spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
     assert worker["readinessProbe"] == {"tcpSocket": {"port": 22}, "periodSeconds": 2}
     assert {"name": "mount-1", "mountPath": "/data", "readOnly": True} in worker["volumeMounts"]
 
@@ -232,3 +240,86 @@ def test_k8s_refuses_a_pair_and_a_plan_with_problems(tmp_path):
 def test_k8s_without_a_command_or_kind(tmp_path):
     assert "give the training command after --" in one_line(k8s_cli("--kind", "mpijob", *PAIR), 2)
     assert "missing option --kind" in one_line(k8s_cli(*PAIR, command=COMMAND), 2)
+
+
+def test_each_elastic_manifest_has_a_rendezvous_id_of_its_own():
+    """The operator sets PET_RDZV_ID only from elasticPolicy.rdzvId (training-operator
+    elastic.go); without one, every job's torchrun uses the id "none"."""
+    first, second = (build_manifest("pytorchjob", "cuda11.7-efa", 3, "p4d.24xlarge", IMAGE,
+                                    COMMAND, fabric="efa", elastic=(2, 4))
+                     for _ in range(2))
+    ids = [m["spec"]["elasticPolicy"]["rdzvId"] for m in (first, second)]
+    assert all(re.fullmatch(r"mnp-cuda11-7-efa-[0-9a-f]{8}", i) for i in ids), ids
+    assert ids[0] != ids[1]
+    static = build_manifest("pytorchjob", "cuda11.7-efa", 3, "p4d.24xlarge", IMAGE, COMMAND)
+    assert "elasticPolicy" not in static["spec"]
+
+
+def test_a_trainjob_states_the_trainer_release_it_needs(tmp_path):
+    """runtimePatches exists from Kubeflow Trainer v2.2.0 (its CHANGELOG-2.2.md); an older
+    Trainer drops it, and the pods lose /dev/shm and the mounts without a word."""
+    target = tmp_path / "job.yaml"
+    proc = k8s_cli("--kind", "trainjob", *PAIR, "--output", str(target), command=COMMAND)
+    assert proc.returncode == 0, proc.stderr
+    text = target.read_text()
+    assert text.splitlines()[0] == ("# Requires Kubeflow Trainer v2.2.0 or later: older releases "
+                                    "have no spec.runtimePatches and drop it, with /dev/shm and "
+                                    "the volumes")
+    manifest = yaml.safe_load(text)
+    assert manifest["metadata"]["annotations"]["mnp-stacks/requires"].startswith(
+        "Kubeflow Trainer v2.2.0 or later")
+    assert manifest["spec"]["runtimePatches"]  # what the requirement is about
+    assert "runtimePatches" in crds.schema("TrainJob")["properties"]["spec"]["properties"]
+    for kind in ("pytorchjob", "mpijob"):  # their operators' APIs have no such field to lose
+        other = build_manifest(kind, "cpu-tcp", 2, "c5n.18xlarge", IMAGE, COMMAND)
+        assert "annotations" not in other["metadata"]
+
+
+# EKS's AMI reserves 11 MiB x maxPods + 255 MiB of memory for the kubelet (awslabs/amazon-eks-ami
+# nodeadm/internal/kubelet/config.go, getMemoryMebibytesToReserve) and evicts below 100 MiB
+# (https://kubernetes.io/docs/concepts/scheduling-eviction/node-pressure-eviction/, the default
+# memory.available<100Mi); 737 is the largest maxPods of the table's types in the AMI's
+# files/eni-max-pods.txt (c5n.18xlarge, m5.24xlarge, p4d.24xlarge, p3dn.24xlarge).
+EKS_MAX_PODS = 737
+EVICTION_MIB = 100
+
+
+def _quantity_mib(text: str) -> int:
+    return int(text[:-2]) * 1024 if text.endswith("Gi") else int(text[:-2])
+
+
+@pytest.mark.parametrize("instance_type", sorted(INSTANCE_TYPES))
+def test_a_node_pod_fills_more_than_half_of_its_node_and_fits_in_it(instance_type):
+    """One pod per node: two never fit in one instance (issue 25: without requests two 36-slot
+    cpu-tcp workers could share a c5n.18xlarge); one fits in what an EKS node leaves to pods."""
+    row = get_instance_type(instance_type)
+    asked = resources(row, "tcp")["requests"]
+    cpus, memory_mib = int(asked["cpu"]), _quantity_mib(asked["memory"])
+    assert 2 * cpus > row.vcpus and 2 * memory_mib > row.memory_mib
+    assert cpus <= row.vcpus - 1  # EKS reserves under one vCPU (getCPUMillicoresToReserve)
+    reserved = 11 * EKS_MAX_PODS + 255 + EVICTION_MIB
+    kernel = row.memory_mib * 3 // 100  # room for the kernel's own memory (project margin)
+    assert memory_mib <= row.memory_mib - reserved - kernel
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_cpu_stack_pods_ask_for_their_node_and_only_its_type(tmp_path, kind):
+    target = tmp_path / "job.yaml"
+    proc = k8s_cli("--kind", kind, "--stack", "cpu-tcp", "--nodes", "2", "--instance-type",
+                   "c5n.18xlarge", "--image-uri", IMAGE, "--output", str(target), command=COMMAND)
+    assert proc.returncode == 0, proc.stderr
+    manifest = yaml.safe_load(target.read_text())
+    wanted = {"node.kubernetes.io/instance-type": "c5n.18xlarge"}
+    asked = {"requests": {"cpu": "64", "memory": "172Gi"}}
+    if kind == "trainjob":
+        assert manifest["spec"]["trainer"]["resourcesPerNode"] == asked
+        patched = manifest["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]
+        job = patched["spec"]["replicatedJobs"][0]["template"]["spec"]
+        assert job["template"]["spec"]["nodeSelector"] == wanted
+        return
+    replicas = manifest["spec"].get("pytorchReplicaSpecs") or manifest["spec"]["mpiReplicaSpecs"]
+    nodes = {role: r["template"]["spec"] for role, r in replicas.items() if role != "Launcher"}
+    assert nodes, replicas
+    for pod in nodes.values():
+        assert pod["nodeSelector"] == wanted
+        assert pod["containers"][0]["resources"] == asked

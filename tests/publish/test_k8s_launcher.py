@@ -1,0 +1,52 @@
+"""The MPIJob launcher of an EFA stack: the entrypoint's plan there, from the generated env.
+
+The launcher pod has no ``vpc.amazonaws.com/efa`` device and runs no ranks (mpi-operator runs
+ranks on the workers unless ``runLauncherAsWorker``), yet its plan is what mpirun hands every
+rank: ``-x NAME`` for each variable it sets (``NCCL_NET``, ``LD_LIBRARY_PATH``, ``MNP_FABRIC``).
+So the launcher must plan the workers' fabric (EFA) without checking EFA on itself. Setting
+``MNP_FABRIC=tcp`` on the launcher would pass its preflight and move every rank to NCCL's
+sockets (``NCCL_NET=Socket`` where aws-ofi-nccl is installed, entrypoint/envtable.py), so the
+generator cannot fix this alone: the entrypoint has to skip the device preflight on an MPIJob
+launcher (issue 23). This test states the outcome and fails until then.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from matrix.deploy.k8s import build_manifest
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cuda@sha256:" + "b" * 64
+
+
+def launcher_plan(tmp_path: Path) -> dict:
+    """The entrypoint's dry-run plan (JSON) in the generated launcher's environment, with the
+    operator's variables (K_MPI_JOB_ROLE, the hostfile) of kubeflow/mpi-operator's launcher."""
+    manifest = build_manifest("mpijob", "cuda11.7-efa", 2, "p4d.24xlarge", IMAGE,
+                              ["/opt/nccl-tests/bin/all_reduce_perf"], fabric="efa")
+    pod = manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+    env = {e["name"]: e["value"].replace("$$", "$") for e in pod["containers"][0]["env"]}
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("mnp-worker-0.mnp slots=8\nmnp-worker-1.mnp slots=8\n")
+    env.update(K_MPI_JOB_ROLE="launcher", OMPI_MCA_orte_default_hostfile=str(hostfile),
+               MNP_DRY_RUN="json", PATH=os.environ["PATH"], PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "entrypoint", *pod["containers"][0]["args"]],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 23: the entrypoint still runs the EFA preflight "
+                   "on an MPIJob launcher, which has no EFA device; entrypoint/ is being moved")
+def test_the_launcher_plans_efa_for_the_ranks_without_checking_efa_on_itself(tmp_path):
+    plan = launcher_plan(tmp_path)
+    assert (plan["role"]["scheduler"], plan["role"]["mode"]) == ("mpijob", "launcher")
+    assert plan["fabric"]["kind"] == "efa"  # what mpirun exports to the workers' ranks
+    assert plan["preflight"] == []  # the workers check EFA, where the devices are
