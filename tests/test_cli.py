@@ -305,7 +305,9 @@ def test_a_stack_that_cannot_be_built_yet_is_not_called_valid():
     rows = {row["name"]: row for row in json.loads(invoke("stacks", "--json").stdout)["stacks"]}
     assert rows["synapseai1.6-efa"]["valid"] and not rows["synapseai1.6-efa"]["buildable"]
     assert rows["synapseai1.6-efa"]["unpinned"] == ["hccl-ofi-wrapper 1.0", "deepspeed-habana 1.6.0"]
-    assert all(row["buildable"] for name, row in rows.items() if name != "synapseai1.6-efa")
+    assert rows["cuda13.2-efa1.51"]["unpinned"] == ["efa 1.51.0", "nccl-tests 2.18.3"]
+    assert all(row["buildable"] for name, row in rows.items()
+               if name not in ("synapseai1.6-efa", "cuda13.2-efa1.51"))
 
 
 def test_matrix_says_which_stacks_it_leaves_out_and_why(tmp_path):
@@ -316,7 +318,10 @@ def test_matrix_says_which_stacks_it_leaves_out_and_why(tmp_path):
     assert "synapseai1.6-efa" not in included and "cpu-tcp" in included
     assert proc.stderr == ("left out of the CI matrix: synapseai1.6-efa (not buildable yet: "
                            "hccl-ofi-wrapper 1.0, deepspeed-habana 1.6.0 have no sha256 pin "
-                           "(`download`) in the stacks file, so their layers fail closed)\n")
+                           "(`download`) in the stacks file, so their layers fail closed); "
+                           "cuda13.2-efa1.51 (not buildable yet: efa 1.51.0, nccl-tests 2.18.3 "
+                           "have no sha256 pin (`download`) in the stacks file, so their layers "
+                           "fail closed)\n")
     # a runner does not put a stack CI cannot build into the matrix; no runner is a reason too
     data = yaml.safe_load((ROOT / "stacks.yaml").read_text(encoding="utf-8"))
     data["stacks"]["synapseai1.6-efa"]["ci"] = {"runner": "ubuntu-22.04"}

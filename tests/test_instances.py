@@ -40,6 +40,7 @@ def test_row_is_consistent_and_cites_urls(name):
     ("p3.16xlarge", 8, "V100", 0), ("p3dn.24xlarge", 8, "V100", 1), ("p4d.24xlarge", 8, "A100", 4),
     ("p4de.24xlarge", 8, "A100", 4), ("p5.48xlarge", 8, "H100", 32), ("p5e.48xlarge", 8, "H200", 32),
     ("p5en.48xlarge", 8, "H200", 16), ("p6-b200.48xlarge", 8, "B200", 8),
+    ("p6-b300.48xlarge", 8, "B300", 16),
     ("g5.12xlarge", 4, "A10G", 1), ("g6.48xlarge", 8, "L4", 1), ("g6e.48xlarge", 8, "L40S", 4),
     ("c5n.18xlarge", 0, None, 1), ("m5.24xlarge", 0, None, 0),
 ])
@@ -49,7 +50,8 @@ def test_gpu_models_and_efa_counts(name, gpus, model, efa):
 
 
 def test_dl1_has_four_efa_interfaces_and_gaudi():
-    """AWS's EFA limitations: p4d.24xlarge and dl1.24xlarge support up to four EFAs."""
+    """AWS's EFA limitations: p4d.24xlarge and dl1.24xlarge support up to four EFAs (and
+    DescribeInstanceTypes' MaximumEfaInterfaces, DESCRIBE below)."""
     row = get_instance_type("dl1.24xlarge")
     assert (row.efa_interfaces, row.hpus, row.hpu_model, row.gpus) == (4, 8, "Gaudi", 0)
 
@@ -127,8 +129,13 @@ def test_nitro_versions_as_the_efa_page_groups_them(name, nitro):
 
 
 def test_what_is_confirmed_and_what_is_not():
-    assert not get_instance_type("p5en.48xlarge").unverified  # 16 cards: ac.html network specs
-    assert "EFA count" in get_instance_type("dl1.24xlarge").unverified
+    """Issue 25: the EFA counts of g5.12xlarge, p4de and dl1 now rest on DescribeInstanceTypes
+    or AWS's topology files; p5en's 16 could not be re-read from AWS and says so."""
+    assert get_instance_type("p5en.48xlarge").unverified.startswith("the 16 EFA interfaces")
+    dl1 = get_instance_type("dl1.24xlarge").unverified
+    assert dl1.startswith("whether EFA is still offered") and "EFA count" not in dl1
+    assert not get_instance_type("g5.12xlarge").unverified
+    assert not get_instance_type("p4de.24xlarge").unverified
     # p6-b200: 8 EFA devices is settled (issue 16 item 13); which uverbsN nodes they get is not
     p6 = get_instance_type("p6-b200.48xlarge")
     assert p6.efa_interfaces == 8
@@ -151,3 +158,85 @@ def test_p6_b200_efa_on_all_eight_cards_as_aws_configures_it():
     (node_range,) = definition["nodeProperties"]["nodeRangeProperties"]
     devices = node_range["container"]["linuxParameters"]["devices"]
     assert [d["hostPath"] for d in devices] == [f"/dev/infiniband/uverbs{i}" for i in range(8)]
+
+
+# --- issue 25: new rows and recounted EFA interfaces, each against its source's own figures ---
+
+def _raw(name: str) -> dict:
+    return yaml.safe_load(TABLE.read_text(encoding="utf-8"))["instances"][name]
+
+
+# Karpenter's generated reference (EC2 DescribeInstanceTypes; [describe] in instances.yaml):
+# instance-cpu, instance-memory (MiB), instance-gpu-count, instance-gpu-name,
+# instance-network-bandwidth (Mbps, None where the page gives none), vpc.amazonaws.com/efa.
+DESCRIBE = {
+    "p3dn.24xlarge": (96, 786432, 8, "v100", 100000, 1),
+    "p4d.24xlarge": (96, 1179648, 8, "a100", 400000, 4),
+    "p5.48xlarge": (192, 2097152, 8, "h100", 3200000, 32),
+    "g5.12xlarge": (48, 196608, 4, "a10g", 40000, 1),
+    "g5.48xlarge": (192, 786432, 8, "a10g", 100000, 1),
+    "g6.12xlarge": (48, 196608, 4, "l4", 40000, 1),
+    "g6.48xlarge": (192, 786432, 8, "l4", 100000, 1),
+    "g6e.12xlarge": (48, 393216, 4, "l40s", None, 1),
+    "g6e.48xlarge": (192, 1572864, 8, "l40s", None, 4),
+    "dl1.24xlarge": (96, 786432, 8, "gaudi-hl-205", 400000, 4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DESCRIBE))
+def test_rows_match_describe_instance_types(name):
+    cpu, memory_mib, accelerators, model, mbps, efa = DESCRIBE[name]
+    row = get_instance_type(name)
+    assert (row.vcpus, row.memory_mib, row.accelerators, row.efa_interfaces) == (
+        cpu, memory_mib, accelerators, efa)
+    assert (row.gpu_model or row.hpu_model).lower() == model.split("-")[0]
+    assert mbps is None or row.network_gbps * 1000 == mbps
+    quoted = (f"[describe] {name}: instance-cpu {cpu}, instance-memory {memory_mib}, "
+              f"instance-gpu-count {accelerators}, {model}")
+    assert quoted in row.source and f"vpc.amazonaws.com/efa {efa}" in row.source, row.source
+
+
+# aws-ofi-nccl topology/p4de-24xl-topo.xml: GPU 0..7 and NIC 0..3 (vendor 0x1d0f, device 0xefa0).
+P4DE_TOPOLOGY = {"gpus": 8, "efa_nics": 4}
+
+
+def test_p4de_efa_count_is_aws_ofi_nccls_topology():
+    row = get_instance_type("p4de.24xlarge")
+    assert (row.gpus, row.efa_interfaces) == (P4DE_TOPOLOGY["gpus"], P4DE_TOPOLOGY["efa_nics"])
+    assert "p4de-24xl-topo.xml" in row.source and "4 EFA NICs" in row.source
+
+
+# aws/aws-parallelcluster issue 7143 (AWS's words) and queues_stack.py: 17 network cards, card 0
+# ENA only, cards 1-16 EFA and ENA.
+P6_B300_CARDS = {"network_cards": 17, "ena_only": (0,), "efa": tuple(range(1, 17))}
+
+
+def test_p6_b300_has_16_efa_interfaces_on_17_cards():
+    row = get_instance_type("p6-b300.48xlarge")
+    assert (row.gpus, row.gpu_model) == (8, "B300")
+    assert row.efa_interfaces == len(P6_B300_CARDS["efa"]) == 16
+    assert _raw("p6-b300.48xlarge")["network_cards"] == P6_B300_CARDS["network_cards"]
+    assert row.efa_rdma_read and row.slots_per_node() == 8
+    assert "17 network cards; card 0 ENA only, cards 1 to 16 EFA" in row.source
+    assert "aws-parallelcluster/issues/7143" in row.source and "NCI-0 does NOT support" in row.source
+    assert row.unverified.startswith("the GPU, vCPU, memory and bandwidth figures")
+
+
+def test_network_cards_bound_the_efa_interfaces():
+    """One EFA per network card: a row with more EFAs than cards is wrong; P6-B300 is the one
+    row whose card 0 carries ENA only."""
+    carded = {name: _raw(name)["network_cards"] for name in INSTANCE_TYPES
+              if "network_cards" in _raw(name)}
+    assert {"p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge",
+            "p6-b200.48xlarge", "p6-b300.48xlarge", "g6e.48xlarge", "dl1.24xlarge"} <= set(carded)
+    short = {name for name, cards in carded.items()
+             if INSTANCE_TYPES[name].efa_interfaces < cards}
+    assert all(INSTANCE_TYPES[name].efa_interfaces <= cards for name, cards in carded.items())
+    assert short == {"p6-b300.48xlarge"}
+
+
+def test_a_zero_card_count_is_a_table_error(tmp_path):
+    def edit(data):
+        data["instances"]["p6-b300.48xlarge"]["network_cards"] = 0
+    message = _table_error(tmp_path, edit)
+    assert "instances.yaml:" in message and "network_cards" in message

@@ -25,6 +25,7 @@ import re
 INSTANCE_RDMA_READ = {
     "p3.16xlarge": False, "p3dn.24xlarge": False, "p4d.24xlarge": True, "p4de.24xlarge": True,
     "p5.48xlarge": True, "p5e.48xlarge": True, "p5en.48xlarge": True, "p6-b200.48xlarge": True,
+    "p6-b300.48xlarge": True,
     "g5.12xlarge": False, "g5.48xlarge": False, "g6.12xlarge": True, "g6.48xlarge": True,
     "g6e.12xlarge": True, "g6e.48xlarge": True, "dl1.24xlarge": True, "c5n.18xlarge": False,
     "c6i.32xlarge": True, "m5.24xlarge": False, "hpc6a.48xlarge": True,

@@ -1,4 +1,8 @@
-"""Layer test: the EFA installer's libfabric and Open MPI."""
+"""Layer test: the EFA installer's libfabric and Open MPI (and its bundled aws-ofi-nccl plugin)."""
+
+# Where installers put the bundled plugin, by package layout (images/efa/Dockerfile.j2).
+PLUGIN_DIRS = ("/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu", "/opt/amazon/ofi-nccl/lib64",
+               "/opt/amazon/ofi-nccl/lib")
 
 
 def test_installer_version_recorded(host, layer):
@@ -24,11 +28,35 @@ def test_installer_removed(host):
     assert not host.file("/tmp/aws-efa-installer/efa_installer.sh").exists
 
 
-def test_bundled_plugin_when_provided(host, layer):
-    version = layer["spec"]["provides"].get("aws-ofi-nccl")
-    if version is None:
-        return  # older installers: the plugin is its own layer
-    plugin = host.check_output("find /opt/amazon/ofi-nccl -name libnccl-net-ofi.so | head -1")
+def _bundled_plugin(host, layer):
+    """The installer's own plugin, found where this layer found it at build time (None: older
+    installers, whose plugin is its own layer)."""
+    if layer["spec"]["provides"].get("aws-ofi-nccl") is None:
+        return None
+    plugin = host.check_output("find /opt/amazon/ofi-nccl -name libnccl-net-ofi.so -print -quit")
     assert plugin, "no libnccl-net-ofi.so under /opt/amazon/ofi-nccl"
-    assert host.run(f"grep -qa {version} {plugin}").rc == 0
+    return plugin
+
+
+def test_bundled_plugin_when_provided(host, layer):
+    plugin = _bundled_plugin(host, layer)
+    if plugin is None:
+        return
+    assert host.run(f"grep -qa {layer['spec']['provides']['aws-ofi-nccl']} {plugin}").rc == 0
     assert "not found" not in host.check_output(f"ldd {plugin} | grep -v libcuda.so || true")
+
+
+def test_bundled_plugin_path_is_where_nccl_looks(host, layer):
+    """The plugin's directory differs by package layout; the build found it: it must be one of
+    the three layouts, on the image's LD_LIBRARY_PATH and in the linker configuration, and
+    NCCL_NET_PLUGIN must name it (a base's NCCL_NET_PLUGIN=spcx would hide it from NCCL)."""
+    plugin = _bundled_plugin(host, layer)
+    if plugin is None:
+        return
+    directory = plugin.rsplit("/", 1)[0]
+    assert directory in PLUGIN_DIRS, plugin
+    assert directory in host.run("printenv LD_LIBRARY_PATH").stdout.strip().split(":")
+    assert host.file("/etc/ld.so.conf.d/aws-ofi-nccl.conf").content_string.split() == [directory]
+    name = host.run("printenv NCCL_NET_PLUGIN").stdout.strip()
+    assert name == "ofi", name
+    assert host.file(f"{directory}/libnccl-net-{name}.so").exists

@@ -63,7 +63,7 @@ def split_on_extra(path):
                 node.func.attr in ("split", "rsplit", "partition", "rpartition"):
             inner = ast.dump(node.func.value)
             if "attr='extra'" in inner or "'extra'" in inner:
-                hits.append("%s:%d" % (path.name, node.lineno))
+                hits.append(f"{path.name}:{node.lineno}")
     return hits
 
 

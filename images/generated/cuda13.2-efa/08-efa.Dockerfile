@@ -5,7 +5,8 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 LABEL io.github.mnp-stacks.component.efa="1.50.0"
 ARG MNP_CA_URL
 ENV PATH=/opt/amazon/openmpi/bin:/opt/amazon/efa/bin:$PATH \
-    LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu:/opt/amazon/ofi-nccl/lib:/opt/amazon/openmpi/lib:/opt/amazon/efa/lib:$LD_LIBRARY_PATH
+    LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu:/opt/amazon/ofi-nccl/lib64:/opt/amazon/ofi-nccl/lib:/opt/amazon/openmpi/lib:/opt/amazon/efa/lib:$LD_LIBRARY_PATH \
+    NCCL_NET_PLUGIN=ofi
 WORKDIR /tmp/aws-efa-installer
 # The installer picks and installs its own distribution dependencies (rdma-core helpers etc.).
 RUN apt-get update \
@@ -25,6 +26,12 @@ RUN apt-get update \
  && fi_info --version | grep -q "libfabric: 2.6.0amzn1.0" \
  && ompi_info --version | grep -q "v4" \
  && plugin="$(find /opt/amazon/ofi-nccl -name 'libnccl-net-ofi.so' -print -quit)" && test -n "$plugin" \
+ && plugin_dir="$(dirname "$plugin")" \
+ && case "$plugin_dir" in /opt/amazon/ofi-nccl/lib/x86_64-linux-gnu|/opt/amazon/ofi-nccl/lib64|/opt/amazon/ofi-nccl/lib) ;; \
+      *) echo "efa 1.50.0: the bundled plugin is at $plugin, outside /opt/amazon/ofi-nccl/lib/x86_64-linux-gnu, /opt/amazon/ofi-nccl/lib64, /opt/amazon/ofi-nccl/lib (the library path this layer sets)" >&2; exit 1 ;; \
+    esac \
+ && echo "$plugin_dir" > /etc/ld.so.conf.d/aws-ofi-nccl.conf && ldconfig \
+ && test -e "$plugin_dir/libnccl-net-${NCCL_NET_PLUGIN}.so" \
  && grep -qa "1.21.1" "$plugin" \
  && test -z "$(ldd "$plugin" | grep -v 'libcuda\.so' | grep 'not found')" \
  && ompi_info --version > /dev/null
