@@ -159,8 +159,8 @@ def build_job_definition(
     ``image_uri`` must be pinned by digest (see :func:`pin_image`). ``secret_arn`` (a Secrets
     Manager or SSM parameter ARN) becomes the ``MNP_SECRET`` variable through ``secrets``; Batch
     reads it with the job's execution role, so ``execution_role_arn`` is then required.
-    ``fabric`` defaults to ``efa`` on types with EFA and ``tcp`` otherwise. ``command`` overrides
-    the image's CMD (the entrypoint stays). ``mounts`` (``--mount``) become host ``volumes`` and
+    ``fabric`` defaults to ``efa`` on types with EFA and ``tcp`` otherwise. ``command`` is the
+    container's command, which the image's entrypoint runs (the image has no CMD). ``mounts`` (``--mount``) become host ``volumes`` and
     ``mountPoints``. Raises :class:`UserError` on bad input.
     """
     instance = get_instance_type(instance_type)
