@@ -58,7 +58,7 @@ def skip_reason(report: pytest.TestReport) -> str:
     return text.removeprefix("Skipped: ")
 
 
-@dataclass
+@dataclass(eq=False)  # pluggy keeps plugins in sets: hashed by identity
 class Ledger:
     path: Path
     declared: list[Expected]

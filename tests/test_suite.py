@@ -3,6 +3,7 @@ line sums what each shard's pytest reported."""
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import subprocess
 import sys
@@ -109,3 +110,12 @@ def test_a_malformed_ledger_is_one_line(tmp_path):
     assert proc.returncode == 4
     assert "bad.yaml: entry 0: expected exactly the keys tests, reason and why" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_every_declared_skip_names_collected_tests():
+    """An entry of tests/expected_skips.yaml whose glob matches no test is stale."""
+    from tests import skip_ledger
+
+    everything = collected()
+    for entry in skip_ledger.load(skip_ledger.LEDGER):
+        assert any(fnmatch.fnmatchcase(nodeid, entry.tests) for nodeid in everything), entry.tests
