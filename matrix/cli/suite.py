@@ -1,4 +1,4 @@
-"""``invoke check``: the whole test suite as CI runs it (ruff, lint, pytest).
+"""``invoke check``: the whole test suite as CI runs it (ruff, lint, workflow checks, pytest).
 
 The suite waits more than it computes (image builds that download, containers that start,
 timeouts that must expire), so on a 2-core machine two pytest processes side by side finish well
@@ -7,6 +7,11 @@ before one would. ``SHARDS`` splits it by file: the CUDA stack's build and layer
 ``.mnp/check/<shard>.log`` and is printed whole when it ends, so the two never interleave; the
 last line is the sum of both in pytest's words, which is what CI reads. With ``--pytest ARGS``
 the suite runs as one pytest process with exactly those arguments.
+
+Before pytest, the GitHub workflows go through zizmor (offline audits: unpinned actions,
+persisted credentials, template injection, ...) and the GitHub-workflow schema that
+check-jsonschema carries. Every pytest process loads ``tests/skip_ledger.py``: a skip that
+``tests/expected_skips.yaml`` does not declare fails the check, and the skip count is printed.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ LOG_DIR = ROOT / ".mnp" / "check"
 # Test files that run in the "heavy" shard; the other shard runs every other test.
 HEAVY = ("tests/test_cuda_tcp.py", "tests/test_malformed.py")
 COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
+# The skip ledger's summary line (tests/skip_ledger.py).
+SKIPS = re.compile(r"^skips: (\d+) \((\d+) declared in \S+, (\d+) undeclared\)$", re.MULTILINE)
+LEDGER_PLUGIN = ["-p", "tests.skip_ledger"]
+WORKFLOWS = ".github/workflows"
 
 
 @dataclass
@@ -47,26 +56,43 @@ def shards() -> list[Shard]:
 
 
 def check(pytest_args: str) -> None:
-    """The whole suite: ruff, rendered-files freshness + hadolint, then pytest (real engine)."""
+    """The whole suite: ruff, rendered-files freshness + hadolint, the workflows' audits, then
+    pytest (real engine) with undeclared skips failing it."""
     from matrix.image import engine
 
     engine.ensure_system_tools()
     engine.ensure()
-    bin_dir = Path(sys.executable).parent
-    for name, command in [("ruff", [str(bin_dir / "ruff"), "check", "."]),
-                          ("lint", [str(bin_dir / "invoke"), "lint"])]:
+    for name, command in static_steps():
         print(f"== {name}: {' '.join(command)}", flush=True)
         if subprocess.run(command, cwd=ROOT, check=False).returncode:
             raise UserError(f"check failed at step {name}")
-    pytest = [sys.executable, "-m", "pytest"]
+    pytest = [sys.executable, "-m", "pytest", *LEDGER_PLUGIN]
     if pytest_args:
         command = [*pytest, *shlex.split(pytest_args)]
         print(f"== pytest: {' '.join(command)}", flush=True)
-        if subprocess.run(command, cwd=ROOT, check=False).returncode:
-            raise UserError("check failed at step pytest")
+        code = subprocess.run(command, cwd=ROOT, check=False).returncode
+        if code:
+            raise UserError("check failed at step pytest (an undeclared skip fails it too: "
+                            "see the UNDECLARED SKIP lines)")
         print("== all checks passed")
     else:
         run_shards(pytest, shards())
+
+
+def static_steps() -> list[tuple[str, list[str]]]:
+    """The checks before pytest, each a command of the virtual environment's tools."""
+    bin_dir = Path(sys.executable).parent
+    workflows = sorted(str(path.relative_to(ROOT)) for path in (ROOT / WORKFLOWS).glob("*.yml"))
+    steps = [("ruff", ["ruff", "check", "."]),
+             ("lint", ["invoke", "lint"]),
+             ("zizmor", ["zizmor", "--offline", "--no-progress", WORKFLOWS]),
+             ("workflow schema", ["check-jsonschema", "--builtin-schema",
+                                  "vendor.github-workflows", *workflows])]
+    for name, command in steps:
+        if not (bin_dir / command[0]).exists():
+            raise UserError(f"check needs {command[0]} in {bin_dir} for step {name}: "
+                            "pip install -e '.[dev]' (./dev does)")
+    return [(name, [str(bin_dir / command[0]), *command[1:]]) for name, command in steps]
 
 
 def run_shards(pytest: list[str], parts: list[Shard]) -> None:
@@ -90,12 +116,25 @@ def run_shards(pytest: list[str], parts: list[Shard]) -> None:
                 sys.stdout.flush()
         time.sleep(1)
     failed = [shard.name for shard in parts if shard.proc is None or shard.proc.returncode]
+    total, undeclared = skip_counts(parts)
     if not failed:
         print("== all checks passed")
+    print(f"== skips: {total}, {undeclared} of them undeclared (tests/expected_skips.yaml)")
     print(f"check: {summed(parts)}", flush=True)  # last: the line CI reads
     if failed:
-        raise UserError(f"check failed at step pytest (shard {', '.join(failed)}; logs in "
-                        f"{LOG_DIR.relative_to(ROOT)}/)")
+        because = f"; {undeclared} undeclared skips (UNDECLARED SKIP lines)" if undeclared else ""
+        raise UserError(f"check failed at step pytest (shard {', '.join(failed)}{because}; logs "
+                        f"in {LOG_DIR.relative_to(ROOT)}/)")
+
+
+def skip_counts(parts: list[Shard]) -> tuple[int, int]:
+    """All skips and the undeclared ones, summed over the shards' skip-ledger lines."""
+    total = undeclared = 0
+    for shard in parts:
+        text = shard.log.read_text(encoding="utf-8", errors="replace") if shard.log.exists() else ""
+        for count, _, missing in SKIPS.findall(text):
+            total, undeclared = total + int(count), undeclared + int(missing)
+    return total, undeclared
 
 
 def summed(parts: list[Shard]) -> str:

@@ -160,8 +160,8 @@ def build_job_definition(
     Manager or SSM parameter ARN) becomes the ``MNP_SECRET`` variable through ``secrets``; Batch
     reads it with the job's execution role, so ``execution_role_arn`` is then required.
     ``fabric`` defaults to ``efa`` on types with EFA and ``tcp`` otherwise. ``command`` is the
-    container's command, which the image's entrypoint runs (the image has no CMD). ``mounts`` (``--mount``) become host ``volumes`` and
-    ``mountPoints``. Raises :class:`UserError` on bad input.
+    container's command, which the image's entrypoint runs (the image has no CMD). ``mounts``
+    (``--mount``) become host ``volumes`` and ``mountPoints``. Raises :class:`UserError` on bad input.
     """
     instance = get_instance_type(instance_type)
     effective_fabric = _checked_fabric(instance, launcher, nodes, image_uri, fabric)

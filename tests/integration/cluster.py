@@ -7,22 +7,7 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
-
-
-def docker_client_or_skip():
-    try:
-        import docker
-    except ImportError:
-        pytest.skip("the docker SDK is not installed")
-    try:
-        client = docker.from_env()
-        client.ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means no usable engine
-        pytest.skip(f"no Docker engine: {exc}")
-    return client
 
 
 def wait_log(container, needle, timeout, what, dump):

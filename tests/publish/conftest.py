@@ -3,7 +3,9 @@
 The registry is Debian's ``docker-registry`` (docker/distribution) serving plain HTTP on a free
 loopback port with filesystem storage in a temporary folder; the Docker engine treats
 127.0.0.0/8 as an insecure registry, so it pushes there without TLS. Nothing is pulled: the image
-chain is built locally on top of ``debian:bookworm``, which must already be in the engine.
+chain is built locally on top of ``debian:bookworm``, which must already be in the engine. A
+missing engine, registry server or base image fails these tests (as the root ``docker_client``
+fixture does) instead of skipping them: CI and ``invoke check`` provide all three.
 """
 
 from __future__ import annotations
@@ -132,7 +134,8 @@ class LocalRegistry:
 def registry(tmp_path: Path) -> Iterator[LocalRegistry]:
     """A fresh, running loopback registry; stopped after the test."""
     if not Path(REGISTRY_BINARY).exists():
-        pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
+        pytest.fail("docker-registry is not installed: apt-get install docker-registry "
+                    "(invoke check installs it as root; the CI jobs install it)", pytrace=False)
     server = LocalRegistry(root=tmp_path / "registry")
     server.root.mkdir()
     server.start()
@@ -141,26 +144,17 @@ def registry(tmp_path: Path) -> Iterator[LocalRegistry]:
 
 
 @pytest.fixture(scope="session")
-def docker_client():
-    """A client for the local Docker engine (tests are skipped when there is none)."""
-    docker = pytest.importorskip("docker")
-    try:
-        client = docker.from_env()
-        client.ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means "no engine here"
-        pytest.skip(f"no Docker engine: {exc}")
-    return client
-
-
-@pytest.fixture(scope="session")
 def base_image(docker_client) -> str:
-    """``debian:bookworm`` from the local engine (never pulled)."""
+    """``debian:bookworm`` from the local engine (never pulled). The Docker engine is
+    ``tests/conftest.py``'s ``docker_client``, which fails the test when none answers."""
     import docker.errors
 
     try:
         docker_client.images.get(BASE_IMAGE)
     except docker.errors.ImageNotFound:
-        pytest.skip(f"{BASE_IMAGE} is not in the local engine (import it; tests never pull)")
+        pytest.fail(f"{BASE_IMAGE} is not in the local engine: `docker pull {BASE_IMAGE}`, or "
+                    "`invoke build --stack cpu-tcp` bootstraps it (these tests never pull)",
+                    pytrace=False)
     return BASE_IMAGE
 
 

@@ -1,57 +1,126 @@
-"""The GitHub workflows: schema-valid, and wired to the project's commands."""
+"""The GitHub workflows: every test selected by some pull-request job, audited by zizmor,
+schema-valid, and wired to the project's commands."""
 
 from __future__ import annotations
 
-import shutil
+import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
+
+from matrix.cli import suite
+from tests import workflow_jobs
+from tests.workflow_jobs import load_workflow
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
-
-
-def _check_jsonschema() -> str:
-    beside_python = Path(sys.executable).with_name("check-jsonschema")
-    found = str(beside_python) if beside_python.exists() else shutil.which("check-jsonschema")
-    if not found:
-        pytest.skip("check-jsonschema is not installed (pip install -e '.[dev]')")
-    return found
-
-
-def _load(name: str) -> dict:
-    # PyYAML reads the `on:` key as True (YAML 1.1); GitHub reads it as "on".
-    data = yaml.safe_load((WORKFLOWS / name).read_text(encoding="utf-8"))
-    data["on"] = data.pop(True, data.get("on"))
-    return data
+PINNED = re.compile(r"^[\w.-]+/[\w.-]+@[0-9a-f]{40} # v\d+(\.\d+)*$")
 
 
 def _runs(job: dict) -> str:
     return "\n".join(step.get("run", "") for step in job["steps"])
 
 
+def _step(name: str) -> list[str]:
+    """The command ``invoke check`` runs for its step ``name``."""
+    return dict(suite.static_steps())[name]
+
+
+@pytest.fixture(scope="module")
+def ci_selection():
+    """What each pytest run of ci.yml selects, every collected test, and the tree's modules."""
+    runs = workflow_jobs.pytest_runs(load_workflow(WORKFLOWS / "ci.yml"))
+    return (workflow_jobs.selections(runs), workflow_jobs.collected([]),
+            workflow_jobs.tree_modules())
+
+
+def test_every_test_module_is_selected_by_a_pull_request_job(ci_selection):
+    selected, everything, modules = ci_selection
+    assert len(modules) > 80 and len(everything) > 1500  # the tree was really read
+    tests, files = workflow_jobs.uncovered(selected, everything, modules)
+    assert not files, f"test modules no job of ci.yml selects: {sorted(files)}"
+    assert not tests, f"{len(tests)} tests no job of ci.yml selects, e.g. {sorted(tests)[:5]}"
+
+
+def test_each_pytest_job_selects_tests_no_other_job_does(ci_selection):
+    """Removing any one job (or matrix group) leaves tests unselected: the check above bites,
+    and no job is dead weight."""
+    selected, everything, modules = ci_selection
+    labels = sorted(run.label for run in selected)
+    assert {"unit", "docker-tests", "slow[slurm]", "slow[kubeflow-elastic]",
+            "slow[entrypoint-clusters]", "slow[engine-faults]", "slow[cuda-tcp]",
+            "slow[rest]"} <= set(labels), labels
+    for removed in selected:
+        rest = {run: nodes for run, nodes in selected.items() if run != removed}
+        tests, _ = workflow_jobs.uncovered(rest, everything, modules)
+        assert tests, f"without {removed.label} every test is still selected"
+    without_slurm = {run: nodes for run, nodes in selected.items() if run.variant != "slurm"}
+    _, files = workflow_jobs.uncovered(without_slurm, everything, modules)
+    assert {"tests/integration/test_slurm_cluster.py",
+            "tests/integration/test_slurm_entrypoint.py"} <= files
+
+
+def test_the_slow_groups_run_on_pull_requests_as_root_with_their_tools():
+    ci = load_workflow(WORKFLOWS / "ci.yml")
+    assert "pull_request" in ci["on"]
+    slow = ci["jobs"]["slow"]
+    assert "needs" not in slow and "if" not in slow  # side by side, from the first minute
+    assert slow["strategy"]["fail-fast"] is False
+    assert slow["timeout-minutes"] <= 45  # the budget the header states
+    runs = _runs(slow)
+    assert "sudo --preserve-env" in runs  # engine restart and mmdebstrap need root
+    for tool in ("docker-registry", "mmdebstrap", "debian-archive-keyring", "slurm-client"):
+        assert tool in runs
+    assert "docker pull debian:bookworm" in runs
+
+
+def test_a_workflow_reader_that_cannot_follow_a_step_says_so(tmp_path):
+    workflow = {"jobs": {"odd": {"steps": [{"name": "t", "run": "make test-prep && pytest -x"}]}}}
+    with pytest.raises(AssertionError, match="job odd .*step 't'.*cannot be followed"):
+        workflow_jobs.pytest_runs(workflow)
+    workflow = {"jobs": {"m": {"strategy": {"matrix": {"include": [{"group": "a", "p": "-x"}]}},
+                               "steps": [{"env": {"A": "${{ matrix.p }}"},
+                                          "run": 'python -m pytest $A "tests/x y.py"'}]}}}
+    (run,) = workflow_jobs.pytest_runs(workflow)
+    assert (run.label, run.args) == ("m[a]", ("-x", "tests/x y.py"))
+
+
 def test_workflows_pass_the_github_workflow_schema():
-    files = sorted(str(path) for path in WORKFLOWS.glob("*.yml"))
-    assert [Path(f).name for f in files] == ["ci.yml", "publish.yml"]
-    result = subprocess.run(
-        [_check_jsonschema(), "--builtin-schema", "vendor.github-workflows", *files],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    command = _step("workflow schema")
+    assert sorted(Path(arg).name for arg in command if arg.endswith(".yml")) == [
+        "ci.yml", "publish.yml"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_workflows_pass_zizmor_and_it_catches_an_unpinned_action(tmp_path):
+    command = _step("zizmor")
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    ci = tmp_path / "ci.yml"
+    text = (WORKFLOWS / "ci.yml").read_text(encoding="utf-8")
+    ci.write_text(re.sub(r"actions/checkout@[0-9a-f]{40} # v[\d.]+", "actions/checkout@v4", text),
+                  encoding="utf-8")
+    broken = subprocess.run([*command[:-1], str(ci)], capture_output=True, text=True, check=False)
+    assert broken.returncode != 0 and "unpinned-uses" in broken.stdout + broken.stderr
+
+
+def test_every_action_is_pinned_to_a_commit_with_its_tag_beside_it():
+    for path in sorted(WORKFLOWS.glob("*.yml")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if "uses:" in line:
+                reference = line.split("uses:", 1)[1].strip()
+                assert PINNED.match(reference), f"{path.name}: {line.strip()}"
+
+
 def test_ci_runs_on_pull_requests_and_covers_the_checks():
-    ci = _load("ci.yml")
+    ci = load_workflow(WORKFLOWS / "ci.yml")
     assert {"pull_request", "push"} <= set(ci["on"])
-    runs = {name: _runs(job) for name, job in ci["jobs"].items()}
-    everything = "\n".join(runs.values())
+    everything = "\n".join(_runs(job) for job in ci["jobs"].values())
     assert "invoke lint" in everything
-    assert "pytest" in everything
+    assert "zizmor --offline" in everything
+    assert "check-jsonschema --builtin-schema vendor.github-workflows" in everything
     assert "invoke render --all" in everything and "git status --porcelain" in everything
     assert "invoke build --stack cpu-tcp" in everything
     assert "invoke test --stack cpu-tcp" in everything
@@ -61,7 +130,7 @@ def test_ci_runs_on_pull_requests_and_covers_the_checks():
 
 
 def test_publish_matrix_from_invoke_and_oidc_to_ecr():
-    publish = _load("publish.yml")
+    publish = load_workflow(WORKFLOWS / "publish.yml")
     assert publish["on"]["push"]["branches"] == ["main"]
     matrix_job, publish_job = publish["jobs"]["matrix"], publish["jobs"]["publish"]
     assert "invoke matrix" in _runs(matrix_job)
