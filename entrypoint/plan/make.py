@@ -171,6 +171,8 @@ def _fabric(plan, cfg, facts):
     if facts.instance_type:
         rdma_why = "%s (from %s)" % (rdma_why, facts.instance_source)
     plan.fabric = {"kind": kind, "why": why, "rdma": rdma, "rdma_why": rdma_why}
+    if fabric.family_note(facts.instance_type):  # a type the table lacks: say which rows decide
+        plan.notes.append(rdma_why)
     if facts.instance_type is None and kind == "efa" and facts.accelerator == "gpu":
         plan.notes.append("instance type unknown: set MNP_INSTANCE_TYPE for the RDMA settings")
 
