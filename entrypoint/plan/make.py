@@ -152,7 +152,7 @@ def _launch(plan, cfg, env, unit, request, table):
 
 def _slots(plan, cfg, facts):
     """Slots per node: ``MNP_SLOTS_PER_NODE`` or the detected count, with the source."""
-    given = roles.slots(cfg)
+    given = None if cfg.slots_override else roles.slots(plan, cfg, facts)
     if cfg.slots_override:
         count = cfg.slots_override
         source = "MNP_SLOTS_PER_NODE=%d (detected: %d from %s)" % (
