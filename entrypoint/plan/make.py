@@ -120,6 +120,7 @@ def _describe(plan, cfg, facts):
     if cfg.node is not None:  # which scheduler, from which variable, and what it says
         plan.role.update(scheduler=cfg.node.scheduler, detected_from=cfg.node.detected_from,
                          node=cfg.node.to_dict(), lines=cfg.node.lines())
+        plan.problems.extend(cfg.node.problems)  # what the scheduler's variables leave undone
     plan.address = {"address": facts.address, "interface": facts.interface,
                     "reason": facts.address_reason}
 

@@ -46,11 +46,24 @@ def table(env: Mapping[str, str]) -> NodeTable:
     extra = {"hostfile": "%s (%s)" % (path, name or "the operator's default path")}
     hosts, slots = read_hostfile(path or DEFAULT_HOSTFILE, name or ROLE)
     if hosts is None:
-        extra["hostfile"] += ": not readable here"
+        extra["hostfile"] += ": not there"
         return NodeTable(NAME, ROLE, "launcher", node_rank=None, num_nodes=None, extra=extra,
-                         launcher_ssh=LAUNCHER_SSH)
+                         launcher_ssh=LAUNCHER_SSH, problems=[_no_hostfile(name, path)])
     return NodeTable(NAME, ROLE, "launcher", node_rank=None, num_nodes=len(hosts), hosts=hosts,
                      slots=slots, extra=extra, launcher_ssh=LAUNCHER_SSH)
+
+
+def _no_hostfile(name: Optional[str], path: str) -> str:
+    """The launcher cannot know its workers: say which file, from which variable, and what the
+    operator mounts there (the launcher's ConfigMap at ``/etc/mpi``, key ``hostfile``)."""
+    said = "%s=%s" % (name, ascii(path)) if name else "%s=launcher: %s (the operator's default)" % (
+        ROLE, DEFAULT_HOSTFILE)
+    return ("%s %s, so this MPIJob launcher knows no worker: the MPI operator mounts the job's "
+            "ConfigMap (<job>-config; a TrainJob's <trainjob>-mpi-hostfile) with its hostfile at "
+            "/etc/mpi on the launcher pod only; run this as the launcher of an MPIJob, or mount a "
+            "hostfile that lists the workers and name it in %s" % (
+                said, "is not a file" if os.path.exists(path) else "is not there",
+                name or HOSTFILES[0]))
 
 
 def read_hostfile(path: str, variable: str) -> Tuple[Optional[List[str]], Optional[List[int]]]:
