@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from entrypoint.core.errors import ConfigError
 from entrypoint.plan import make as plan
 from entrypoint.probe.facts import NodeFacts
 from entrypoint.schedulers import mpijob
@@ -81,3 +82,48 @@ def test_a_real_launcher_without_the_hostfile_stops_with_one_line(local_node, mp
     assert len(errors) == 1 and "OMPI_MCA_orte_default_hostfile=" in errors[0], result.stderr
     assert WHAT_TO_MOUNT in errors[0]
     assert not (local_node.tmp_path / "ran").exists()  # mpirun never started
+
+
+# -- host names in an operator's hostfile (RFC 1123 names, IP literals) -------------------------
+
+@pytest.mark.parametrize("host", [
+    "host;", "w-0;rm", "-w0", "w0-", "a..b", "w_0", "$(x)", "x" * 64 + ".svc", "1.2.3.999",
+    "10.0.0", ".", "w0.example..com",
+])
+def test_a_host_that_is_no_name_or_address_is_one_line_naming_the_file_and_line(tmp_path, host):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(f"job-worker-0.job.default.svc slots=1\n{host} slots=1\n")
+    with pytest.raises(ConfigError) as info:
+        config.load(launcher_env(hostfile))
+    assert str(info.value) == (
+        f"OMPI_MCA_orte_default_hostfile: {str(hostfile)!r} line 2: {host!r} is not a host name "
+        "(RFC 1123: dot-separated labels of letters, digits and inner '-', at most 63 characters "
+        "each) or an IP address")
+
+
+@pytest.mark.parametrize("line, host, slots", [
+    ("job-worker-0.job.default.svc slots=8", "job-worker-0.job.default.svc", 8),
+    ("10.0.0.7 slots=2", "10.0.0.7", 2), ("fd00::7 slots=2", "fd00::7", 2),
+    ("w0.example.com. slots=1", "w0.example.com.", 1), ("4worker:4", "4worker", 4),
+    ("W-0.Job.ns.svc", "W-0.Job.ns.svc", None),
+])
+def test_rfc_1123_names_and_ip_literals_are_hosts(tmp_path, line, host, slots):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(line + "\n")
+    hosts, counts = mpijob.read_hostfile(str(hostfile), "OMPI_MCA_orte_default_hostfile")
+    assert hosts == [host] and counts == (None if slots is None else [slots])
+
+
+def test_a_bad_host_never_reaches_deepspeeds_master_addr(local_node):
+    """``host;`` used to become ``deepspeed --master_addr 'host;'`` (the first host is the master)."""
+    hostfile = local_node.tmp_path / "hostfile"
+    hostfile.write_text("host; slots=1\njob-worker-1.job.default.svc slots=1\n")
+    env = dict(launcher_env(hostfile), MNP_LAUNCHER="deepspeed")
+    result = local_node.run(["python3", "train.py"], MNP_DRY_RUN="1", **env)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "--master_addr" not in result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith(
+        f"OMPI_MCA_orte_default_hostfile: {str(hostfile)!r} line 1: 'host;' is not a host name "
+        "(RFC 1123: dot-separated labels of letters, digits and inner '-', at most 63 characters "
+        "each) or an IP address"), lines
