@@ -120,6 +120,7 @@ def _describe(plan, cfg, facts):
     if cfg.node is not None:  # which scheduler, from which variable, and what it says
         plan.role.update(scheduler=cfg.node.scheduler, detected_from=cfg.node.detected_from,
                          node=cfg.node.to_dict(), lines=cfg.node.lines())
+        plan.problems.extend(cfg.node.problems)  # what the scheduler's variables leave undone
     plan.address = {"address": facts.address, "interface": facts.interface,
                     "reason": facts.address_reason}
 
@@ -152,7 +153,7 @@ def _launch(plan, cfg, env, unit, request, table):
 
 def _slots(plan, cfg, facts):
     """Slots per node: ``MNP_SLOTS_PER_NODE`` or the detected count, with the source."""
-    given = roles.slots(cfg)
+    given = None if cfg.slots_override else roles.slots(plan, cfg, facts)
     if cfg.slots_override:
         count = cfg.slots_override
         source = "MNP_SLOTS_PER_NODE=%d (detected: %d from %s)" % (
@@ -171,6 +172,8 @@ def _fabric(plan, cfg, facts):
     if facts.instance_type:
         rdma_why = "%s (from %s)" % (rdma_why, facts.instance_source)
     plan.fabric = {"kind": kind, "why": why, "rdma": rdma, "rdma_why": rdma_why}
+    if fabric.family_note(facts.instance_type):  # a type the table lacks: say which rows decide
+        plan.notes.append(rdma_why)
     if facts.instance_type is None and kind == "efa" and facts.accelerator == "gpu":
         plan.notes.append("instance type unknown: set MNP_INSTANCE_TYPE for the RDMA settings")
 

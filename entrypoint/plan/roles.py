@@ -20,10 +20,12 @@ launcher (the units and ``launchers.ROLE_DEFAULTS`` do). What each role runs:
 - ``rank`` (already a rank of mpirun, ``srun --mpi=pmix``, torchrun): the command itself.
 """
 
+import os
 from typing import Any, List, Optional, Tuple
 
 from .. import launchers
 from ..core.nodes import NodeInfo
+from ..schedulers import torchenv
 
 
 def scheduled(cfg: Any) -> bool:
@@ -95,10 +97,19 @@ def _cannot_work(cfg: Any, wanted: str) -> List[str]:
     return problems
 
 
-def slots(cfg: Any) -> Optional[Tuple[int, str]]:
-    """Processes per node a job's spec gives torchrun (``PET_NPROC_PER_NODE`` as a number), or
-    None: a scheduler's task counts are tasks, not torchrun's processes."""
+def slots(plan: Any, cfg: Any, facts: Any) -> Optional[Tuple[int, str]]:
+    """Processes per node a job's spec gives torchrun (``PET_NPROC_PER_NODE`` as a number, or
+    torchrun's word counted here as torchrun counts it; a word torchrun would stop on, or whose
+    count depends on its release, is a problem), or None: a scheduler's task counts are tasks,
+    not torchrun's processes."""
     node = cfg.node
+    if node is not None and node.nproc_word:
+        count, why = torchenv.resolve(node.nproc_word, facts.gpus, facts.hpus,
+                                      os.cpu_count() or 1, facts.slots_source)
+        if count is None:
+            plan.problems.append(why)
+            return None
+        return count, why
     if node is None or node.slots_are != "processes" or not node.slots:
         return None
     return node.slots[0], "the scheduler: %s" % node.extra.get("nproc per node", "")

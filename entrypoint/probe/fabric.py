@@ -11,10 +11,15 @@ version-dependent rows of ``envtable``; this module only reads the machine:
 - ``imds_instance_type``: one IMDSv2 query (1 s budget), only asked when EFA devices exist;
 - ``rdma_capable``: RDMA reads over EFA by instance type (``INSTANCE_RDMA_READ``, a copy of
   ``matrix/model/instances.yaml``: the entrypoint cannot import ``matrix``; ``tests/test_instances.py``
-  keeps the two equal), then by family (``RDMA_FAMILIES``), else by GPU model;
-- ``INSTANCE_TYPES``: the instance table's names, which ``MNP_INSTANCE_TYPE`` must be one of.
+  keeps the two equal), then by family (``RDMA_FAMILIES``, and the table's rows of the family),
+  else by GPU model;
+- ``INSTANCE_TYPES``: the instance table's names; ``KNOWN_FAMILIES``: their families and
+  ``RDMA_FAMILIES``. ``MNP_INSTANCE_TYPE`` is a table type or an EC2 type of a known family
+  (``unknown_type`` says what is wrong with any other), and ``family_note`` names the family a
+  type outside the table goes by.
 """
 
+import difflib
 import glob
 import os
 import re
@@ -35,6 +40,18 @@ INSTANCE_TYPES = tuple(sorted(INSTANCE_RDMA_READ))
 # metadata reports that the table does not list: the table's families plus the newer P6, Trn.
 RDMA_FAMILIES = ("c6i", "dl1", "g6", "g6e", "hpc6a", "p4d", "p4de", "p5", "p5e", "p5en",
                  "p6-b200", "p6-b300", "p6e-gb200", "trn1", "trn1n", "trn2", "trn2u")
+# "The instance family is everything before the period (.) in the instance type name": the EC2
+# API's PerformanceFactorReference.InstanceFamily, e.g. https://docs.aws.amazon.com/sdk-for-kotlin/
+# api/latest/ec2/aws.sdk.kotlin.services.ec2.model/-performance-factor-reference/instance-family.html
+FAMILY_SEPARATOR = "."
+KNOWN_FAMILIES = tuple(sorted(set(name.split(FAMILY_SEPARATOR, 1)[0] for name in INSTANCE_RDMA_READ)
+                              | set(RDMA_FAMILIES)))
+# EC2's instance sizes (the AWS CDK's InstanceSize enum lists every one: nano ... xlarge, 2xlarge ...
+# 112xlarge, metal, metal-16xl ... metal-48xl; https://docs.aws.amazon.com/cdk/api/v2/docs/
+# aws-cdk-lib.aws_ec2.InstanceSize.html): "48xlarg" is a typo, not a size the table lacks.
+SIZE_RE = re.compile(r"^(?:nano|micro|small|medium|large|xlarge|[1-9][0-9]*xlarge|"
+                     r"metal|metal-[1-9][0-9]*xl)$")
+TYPE_RE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
 RDMA_GPUS = ("A100", "H100", "H200", "B200", "B300", "GB200")
 ENA_VENDOR = "0x1d0f"
 PLUGIN_GLOBS = (
@@ -115,13 +132,65 @@ def interface_vendor(interface, root="/"):
         return None
 
 
+def family(instance_type):
+    return instance_type.split(FAMILY_SEPARATOR, 1)[0]
+
+
+def family_rows(name):
+    """The instance table's types of family ``name``."""
+    return sorted(t for t in INSTANCE_RDMA_READ if family(t) == name)
+
+
+def family_note(instance_type):
+    """For a type the table lacks whose family it knows: which family (and rows) it goes by;
+    else None (a table type needs no note, an unknown family is ``unknown_type``'s)."""
+    if not instance_type or instance_type in INSTANCE_RDMA_READ:
+        return None
+    name = family(instance_type)
+    if name not in KNOWN_FAMILIES:
+        return None
+    rows = family_rows(name)
+    basis = ("the table's rows %s" % ", ".join(rows)) if rows else "RDMA_FAMILIES"
+    return ("instance type %s is not in the instance table: it goes by its family %s (%s): EFA "
+            "RDMA read %s" % (instance_type, name, basis,
+                              "yes" if name in RDMA_FAMILIES else "no"))
+
+
+def unknown_type(instance_type):
+    """Why ``instance_type`` cannot be planned for, one clause, with the closest name; None when
+    it is a table type or an EC2 type of a family the table or ``RDMA_FAMILIES`` knows."""
+    if instance_type in INSTANCE_RDMA_READ:
+        return None
+    closest = _closest(instance_type, INSTANCE_TYPES, "")
+    if not TYPE_RE.match(instance_type):
+        return "%r is not an EC2 instance type like p4d.24xlarge%s" % (instance_type, closest)
+    size = instance_type.split(FAMILY_SEPARATOR, 1)[1]
+    if not SIZE_RE.match(size):
+        return "%r: %s is not an EC2 instance size (large, xlarge, 24xlarge, metal, ...)%s" % (
+            instance_type, size, closest)
+    name = family(instance_type)
+    if name in KNOWN_FAMILIES:
+        return None
+    return ("%r is not in the instance table and its family %s is not one the table or "
+            "RDMA_FAMILIES knows (%s)%s" % (instance_type, name, ", ".join(KNOWN_FAMILIES),
+                                            _closest(name, KNOWN_FAMILIES, "family ")))
+
+
+def _closest(word, choices, what):
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return " (did you mean %s%s?)" % (what, close[0]) if close else ""
+
+
 def rdma_capable(instance_type=None, gpu_names=()):
     """``(True/False/None, why)``: can this node's EFA do RDMA reads?"""
     if instance_type in INSTANCE_RDMA_READ:
         return INSTANCE_RDMA_READ[instance_type], "instance type %s" % instance_type
     if instance_type:
-        family = instance_type.split(".", 1)[0]
-        return family in RDMA_FAMILIES, "instance type %s (by family)" % instance_type
+        name = family(instance_type)
+        if name in KNOWN_FAMILIES:
+            return name in RDMA_FAMILIES, family_note(instance_type)
+        return False, ("instance type %s: its family %s is neither in the instance table nor in "
+                       "RDMA_FAMILIES, so no RDMA read" % (instance_type, name))
     for name in gpu_names:
         upper = name.upper()
         for model in RDMA_GPUS:

@@ -5,8 +5,8 @@ which variable, this node's role and rank, the node count, the main node's addre
 and slots when the scheduler names them, whether the entrypoint must wire the nodes itself
 (``rendezvous``: only AWS Batch, whose nodes learn nothing but the main node's address), the
 typed facts the plan reads (``master_port``, ``rank``, ``elastic``, ``slots_are``,
-``launcher_ssh``, ``other_ways``) and, for the dry run only, the same and more as display text in
-``extra`` (nothing parses ``extra`` back).
+``nproc_word``, ``launcher_ssh``, ``other_ways``, ``problems``) and, for the dry run only, the same and more
+as display text in ``extra`` (nothing parses ``extra`` back).
 
 Roles: ``single`` (one node: launch here for this node), ``main`` / ``child`` (node rank 0 or
 Batch's main node / any other node of a multi-node job), ``peer`` (one of equal nodes whose
@@ -63,7 +63,8 @@ class NodeTable(object):
                  extra: Optional[Dict[str, str]] = None, main_rank: int = 0,
                  master_port: Optional[int] = None, rank: Optional[int] = None,
                  elastic: Optional[Elastic] = None, slots_are: Optional[str] = None,
-                 launcher_ssh: Optional[LauncherSsh] = None, other_ways: str = "") -> None:
+                 launcher_ssh: Optional[LauncherSsh] = None, other_ways: str = "",
+                 nproc_word: Optional[str] = None, problems: Optional[List[str]] = None) -> None:
         if role not in ROLES:
             raise ValueError("unknown role %r" % role)
         self.scheduler = scheduler
@@ -83,6 +84,12 @@ class NodeTable(object):
         # what ``slots`` counts: "processes" (torchrun's per node, from the job's spec), "tasks"
         # (the scheduler's tasks on each node, each of which runs the entrypoint), or None
         self.slots_are = slots_are
+        # torchrun's own word for processes per node (``auto``, ``cpu``, ``gpu``: ``torchenv``),
+        # which the plan resolves from the node's devices as torchrun would; None: a number or unset
+        self.nproc_word = nproc_word
+        # what the scheduler's variables leave this role unable to do (an MPIJob launcher without
+        # the operator's hostfile): PROBLEM lines of the plan, the first stops a real run
+        self.problems = list(problems or [])
         self.launcher_ssh = launcher_ssh  # the SSH a launcher role must use, if the scheduler has one
         self.other_ways = other_ways  # this scheduler's own ways to start ranks, for a problem line
 

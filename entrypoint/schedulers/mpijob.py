@@ -8,7 +8,9 @@ The launcher of an Open MPI job gets ``OMPI_MCA_orte_default_hostfile=/etc/mpi/h
 at ``/root/.ssh``; the operator wires the nodes (DNS, hostfile, keys), the entrypoint does not.
 """
 
+import ipaddress
 import os
+import re
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ..core.errors import ConfigError
@@ -21,6 +23,7 @@ ROLE = "K_MPI_JOB_ROLE"
 HOSTFILES = ("OMPI_MCA_orte_default_hostfile", "I_MPI_HYDRA_HOST_FILE", "HYDRA_HOST_FILE")
 DEFAULT_HOSTFILE = "/etc/mpi/hostfile"
 MAX_HOSTFILE_BYTES = 4 * 1024 * 1024
+HOST_LABEL_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 # The launcher's ssh: the operator's OMPI_MCA_plm_rsh_args plus no host key checking, since every
 # worker makes its host key when it starts (``run.worker``) and the operator distributes none
 # (its base images say ``StrictHostKeyChecking no`` in ssh_config).
@@ -46,11 +49,24 @@ def table(env: Mapping[str, str]) -> NodeTable:
     extra = {"hostfile": "%s (%s)" % (path, name or "the operator's default path")}
     hosts, slots = read_hostfile(path or DEFAULT_HOSTFILE, name or ROLE)
     if hosts is None:
-        extra["hostfile"] += ": not readable here"
+        extra["hostfile"] += ": not there"
         return NodeTable(NAME, ROLE, "launcher", node_rank=None, num_nodes=None, extra=extra,
-                         launcher_ssh=LAUNCHER_SSH)
+                         launcher_ssh=LAUNCHER_SSH, problems=[_no_hostfile(name, path)])
     return NodeTable(NAME, ROLE, "launcher", node_rank=None, num_nodes=len(hosts), hosts=hosts,
                      slots=slots, extra=extra, launcher_ssh=LAUNCHER_SSH)
+
+
+def _no_hostfile(name: Optional[str], path: str) -> str:
+    """The launcher cannot know its workers: say which file, from which variable, and what the
+    operator mounts there (the launcher's ConfigMap at ``/etc/mpi``, key ``hostfile``)."""
+    said = "%s=%s" % (name, ascii(path)) if name else "%s=launcher: %s (the operator's default)" % (
+        ROLE, DEFAULT_HOSTFILE)
+    return ("%s %s, so this MPIJob launcher knows no worker: the MPI operator mounts the job's "
+            "ConfigMap (<job>-config; a TrainJob's <trainjob>-mpi-hostfile) with its hostfile at "
+            "/etc/mpi on the launcher pod only; run this as the launcher of an MPIJob, or mount a "
+            "hostfile that lists the workers and name it in %s" % (
+                said, "is not a file" if os.path.exists(path) else "is not there",
+                name or HOSTFILES[0]))
 
 
 def read_hostfile(path: str, variable: str) -> Tuple[Optional[List[str]], Optional[List[int]]]:
@@ -85,9 +101,11 @@ def read_hostfile(path: str, variable: str) -> Tuple[Optional[List[str]], Option
 
 def _hostfile_line(line: str, where: str, variable: str) -> Tuple[str, Optional[int]]:
     words = line.split()
-    host, count = words[0], None  # type: str, Optional[str]
-    if ":" in host:
-        host, count = host.split(":", 1)
+    host, count = _host_and_count(words[0])
+    if not valid_host(host):
+        raise ConfigError(variable, "%s: %s is not a host name (RFC 1123: dot-separated labels of "
+                          "letters, digits and inner '-', at most 63 characters each) or an IP "
+                          "address" % (where, ascii(host)))
     for word in words[1:]:  # max_slots and other keys do not change what the launcher gets
         if word.startswith("slots="):
             count = word[len("slots="):]
@@ -96,6 +114,34 @@ def _hostfile_line(line: str, where: str, variable: str) -> Tuple[str, Optional[
             raise ConfigError(variable, "%s: %r is not a slot count 1-%d" % (where, count, MAX_SLOTS))
         return host, int(count)
     return host, None
+
+
+def _host_and_count(word: str) -> Tuple[str, Optional[str]]:
+    """``host`` or ``host:N`` (Intel MPI, MPICH); an IPv6 literal (more than one ``:``) is a
+    host without a count."""
+    if word.count(":") == 1:
+        host, count = word.split(":")
+        return host, count
+    return word, None
+
+
+def valid_host(host: str) -> bool:
+    """An IPv4 or IPv6 literal, or a host name as RFC 1123 section 2.1 allows it (RFC 952's
+    letters, digits and hyphens, a label may start with a digit; labels of 1-63 characters and a
+    name of at most 253 in text, RFC 1035 section 2.3.4;
+    https://www.rfc-editor.org/rfc/rfc1123#section-2.1), one final ``.`` allowed (an absolute
+    name). All-numeric dotted names must be IPv4 addresses: RFC 1123 keeps the top label
+    non-numeric so the two cannot be confused. Anything else (``host;``, ``$(x)``) reaches no
+    launcher's command line."""
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    name = host[:-1] if host.endswith(".") else host
+    if not name or len(name) > 253 or not all(HOST_LABEL_RE.match(x) for x in name.split(".")):
+        return False
+    return not name.split(".")[-1].isdigit()
 
 
 def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:

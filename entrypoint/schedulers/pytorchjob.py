@@ -12,7 +12,7 @@ rendezvous. Kubernetes DNS names the pods, so the entrypoint wires nothing.
 from typing import Dict, Mapping, Optional
 
 from .base import Elastic, NodeTable, below, first, get, integer
-from .torchenv import endpoint, nnodes, slots
+from .torchenv import endpoint, nnodes, nproc_word, slots
 
 NAME = "pytorchjob"
 SOURCE = ("https://github.com/kubeflow/training-operator/blob/release-1.9/pkg/controller.v1/"
@@ -56,7 +56,8 @@ def _static(env: Mapping[str, str]) -> NodeTable:
     role = "single" if num == 1 else ("main" if rank == 0 else "child")
     return NodeTable(NAME, detected, role, node_rank=rank, num_nodes=num, main_address=host,
                      slots=per_node, extra=extra, master_port=port,
-                     slots_are="processes" if per_node else None)
+                     slots_are="processes" if per_node else None,
+                     nproc_word=nproc_word(env))
 
 
 def _elastic(env: Mapping[str, str]) -> NodeTable:
@@ -81,7 +82,8 @@ def _elastic(env: Mapping[str, str]) -> NodeTable:
     # No node rank and no main node: the rendezvous assigns ranks among MIN..MAX nodes.
     return NodeTable(NAME, "PET_RDZV_ENDPOINT", "peer", node_rank=None, num_nodes=bounds[1],
                      slots=per_node, extra=extra, elastic=elastic,
-                     slots_are="processes" if per_node else None)
+                     slots_are="processes" if per_node else None,
+                     nproc_word=nproc_word(env))
 
 
 def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:

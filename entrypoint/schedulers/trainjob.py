@@ -10,7 +10,7 @@ from typing import Dict, Mapping, Optional
 
 from ..core.errors import ConfigError
 from .base import NodeTable, below, get, integer
-from .torchenv import endpoint, nnodes, slots
+from .torchenv import endpoint, nnodes, nproc_word, slots
 
 NAME = "trainjob"
 SOURCE = ("https://github.com/kubeflow/trainer/blob/master/pkg/runtime/framework/plugins/torch/"
@@ -45,7 +45,8 @@ def table(env: Mapping[str, str]) -> NodeTable:
     role = "single" if num == 1 else ("main" if rank == 0 else "child")
     return NodeTable(NAME, "PET_NODE_RANK", role, node_rank=rank, num_nodes=num,
                      main_address=host, slots=per_node, extra=extra, master_port=port,
-                     slots_are="processes" if per_node else None)
+                     slots_are="processes" if per_node else None,
+                     nproc_word=nproc_word(env))
 
 
 def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:

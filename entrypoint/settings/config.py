@@ -31,7 +31,7 @@ import stat
 from .. import launchers, schedulers
 from ..core.errors import ConfigError  # noqa: F401 (config.ConfigError: its historical home)
 from ..core.limits import MAX_NP, MAX_SECONDS, MAX_SLOTS, MIN_HEARTBEAT_TIMEOUT
-from ..probe.fabric import INSTANCE_TYPES
+from ..probe import fabric
 
 FABRICS = ("auto", "efa", "tcp")
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -160,16 +160,15 @@ def _unknown_names(env):
 
 
 def _instance_type(env):
+    """A type of the instance table, or one of a family it (or ``RDMA_FAMILIES``) knows: the plan
+    notes which family's rows it goes by (docs/entrypoint.md, Fabric); any other is an error."""
     itype = _get(env, "MNP_INSTANCE_TYPE")
     if not itype:
         return None
-    if itype not in INSTANCE_TYPES:
-        shape = re.match(r"^[a-z0-9-]+\.[a-z0-9-]+$", itype)
-        raise ConfigError("MNP_INSTANCE_TYPE", "%r is not %s%s; leave it unset to read the "
-                          "type from the instance metadata" % (
-                              itype, "in the instance table" if shape else
-                              "an instance type like p4d.24xlarge",
-                              did_you_mean(itype, INSTANCE_TYPES)))
+    problem = fabric.unknown_type(itype)
+    if problem:
+        raise ConfigError("MNP_INSTANCE_TYPE", "%s; leave it unset to read the type from the "
+                          "instance metadata" % problem)
     return itype
 
 

@@ -258,7 +258,8 @@ def test_mpijob_launcher_intel_hostfile_form(tmp_path):
 def test_mpijob_launcher_away_from_the_pod_says_the_hostfile_is_missing(tmp_path):
     env = dict(MPIJOB_LAUNCHER, OMPI_MCA_orte_default_hostfile=str(tmp_path / "none"))
     table = mpijob.table(env)
-    assert table.hosts is None and "not readable here" in table.extra["hostfile"]
+    assert table.hosts is None and table.extra["hostfile"].endswith(": not there")
+    assert len(table.problems) == 1 and "OMPI_MCA_orte_default_hostfile=" in table.problems[0]
 
 
 def test_a_bad_hostfile_line_names_the_variable_and_line(tmp_path):
