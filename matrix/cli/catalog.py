@@ -31,6 +31,7 @@ from matrix.model.settings import GENERATED, ROOT
 
 if TYPE_CHECKING:
     from matrix.image.plan import Plan
+    from matrix.model.violation import Violation
 
 # --- stacks --------------------------------------------------------------------------------------
 
@@ -50,12 +51,21 @@ def stacks_data(matrix: Matrix) -> list[dict[str, Any]]:
                        for layer in stack.layers],
             "instances": list(stack.instances), "fabric": stack.fabric,
             "valid": not violations,
-            "violations": [f"{v.trigger} needs {v.component} {' or '.join(v.wanted)} "
-                           f"(found {v.found or 'none'}) [{v.rule.id}]" for v in violations],
+            "violations": [_violation_text(v) for v in violations],
             "buildable": not stack.unpinned(),
             "unpinned": stack.unpinned(),
         })
     return rows
+
+
+def _violation_text(violation: Violation) -> str:
+    """One broken rule as ``invoke stacks`` lists it: a pairwise rule as what needs what, a
+    rule class as its own sentence plus which class fired and why the class exists."""
+    v = violation
+    if v.rule.kind == "class":
+        return f"{v.sentence} [{v.named}: {v.rule.why}]"
+    return (f"{v.trigger} needs {v.component} {' or '.join(v.wanted)} "
+            f"(found {v.found or 'none'}) [{v.named}]")
 
 
 def component_parts(row: dict[str, Any]) -> list[str]:
