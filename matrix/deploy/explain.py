@@ -96,6 +96,17 @@ def _plugin_path(stack: Stack) -> str | None:
     return None
 
 
+def _openmpi_tool(stack: Stack, tool: str) -> str | None:
+    """Where the stack's own Open MPI layer puts ``tool``: under the prefix it is built into
+    from the release tarball (options.prefix, e.g. /opt/openmpi: images/openmpi/Dockerfile.j2
+    puts prefix/bin on PATH), else the distribution's /usr/bin; None without such a layer."""
+    layer = stack.layer("openmpi")
+    if layer is None:
+        return None
+    prefix = (layer.spec.get("options") or {}).get("prefix")
+    return f"{prefix}/bin/{tool}" if prefix else f"/usr/bin/{tool}"
+
+
 def stack_facts(stack: Stack, instance: InstanceType) -> NodeFacts:
     """What a node of ``stack`` on ``instance`` has, from declarations only."""
     declared = stack.versions()
@@ -123,8 +134,8 @@ def stack_facts(stack: Stack, instance: InstanceType) -> NodeFacts:
     efa_software = "efa" in components or "synapseai" in components
     binaries = {
         "python3": "/usr/bin/python3",
-        "mpirun": "/opt/amazon/openmpi/bin/mpirun" if efa_software else (
-            "/usr/bin/mpirun" if "openmpi" in components else None),
+        "mpirun": ("/opt/amazon/openmpi/bin/mpirun" if efa_software
+                   else _openmpi_tool(stack, "mpirun")),
         "sshd": "/usr/sbin/sshd" if "ssh" in components else None,
         "deepspeed": "/usr/local/bin/deepspeed" if versions.get("deepspeed") else None,
         "torchrun": "/usr/local/bin/torchrun"
