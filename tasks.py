@@ -15,7 +15,7 @@ import sys
 
 import invoke
 
-from matrix.cli import catalog, deploy, images, options, suite, usage
+from matrix.cli import catalog, deploy, images, options, pipes, suite, usage
 
 task = functools.partial(invoke.task, auto_shortflags=False)
 
@@ -230,8 +230,10 @@ def explain(c, stack=None, instance_type=None, nodes="2", launcher=None, schedul
 
 
 # Read the command line before invoke's parser does, so that its messages ("No idea what
-# 'python3' is!") never reach a user: one line saying what to type instead, exit 2.
+# 'python3' is!") never reach a user: one line saying what to type instead, exit 2. And a
+# reader that stops early (invoke --list | head -1) ends the program quietly.
 if sys.argv and sys.argv[0].rsplit("/", 1)[-1] in ("invoke", "inv", "__main__.py", "mnp-stacks"):
+    pipes.install()
     usage.check(sys.argv, usage.parser_contexts(invoke.Collection.from_module(sys.modules[__name__])),
                 with_command=("run", "explain", "jobdef", "sbatch", "k8s"),
                 core=invoke.parser.ParserContext(args=invoke.Program().core_args()
