@@ -32,10 +32,16 @@ MOUNT_HELP = ("HOST_PATH:CONTAINER_PATH[:ro], a host folder (e.g. FSx for Lustre
 @task(help={"stacks": HELP["stacks"], "json": JSON,
             "names": "print only the stack names, one a line (for shell completion)",
             "instance_types": "print only the instance table's types, one a line (completion)",
-            "launchers": "print only the launcher names, one a line (completion)"})
+            "launchers": "print only the launcher names, one a line (completion)",
+            "values": "print only the values --OPTION takes, one a line (completion): "
+                      "scheduler, kind or rdzv"})
 @options.user_errors
-def stacks(c, stacks=STACKS, json=False, names=False, instance_types=False, launchers=False):
+def stacks(c, stacks=STACKS, json=False, names=False, instance_types=False, launchers=False,
+           values=None):
     """Every stack: base, components, target instances; valid, or why not, or not buildable yet."""
+    if values is not None:
+        print("\n".join(catalog.option_values(values)))
+        return
     if instance_types or launchers:
         catalog.show_names(stacks, "instance-types" if instance_types else "launchers")
         return
