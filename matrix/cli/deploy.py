@@ -23,7 +23,7 @@ from matrix.cli.options import (
     shown,
     stack_list,
 )
-from matrix.cli.output import output_path, write_whole
+from matrix.cli.output import FILE_NAMES, output_path, write_whole
 from matrix.errors import EXIT_CANNOT, SEPARATOR, UsageError, UserError
 from matrix.image.plan import plan
 from matrix.model.entities import Matrix
@@ -54,6 +54,8 @@ def push(stacks_file: str, stacks: Any, registry: str | None, force: bool) -> No
 
 
 JOB_COMMAND_EXAMPLE = "-- python3 train.py"
+# Who runs what each generator writes, as its refusals name it.
+SCHEDULER_NAMES = {"jobdef": "AWS Batch", "sbatch": "Slurm", "k8s": "Kubernetes"}
 
 
 @dataclass
@@ -89,10 +91,11 @@ def _generator_input(task: str, what: str, stacks_file: str, stacks: Any, nodes:
                          f"{count} --instance-type {instance_type} {JOB_COMMAND_EXAMPLE} (it "
                          f"becomes {what}, word for word)")
     parsed_mounts, parsed_claims = parse_all(mounts, claims)
-    target = output_path(output, "jobdef.json") if output else None
+    target = output_path(output, FILE_NAMES[task]) if output else None
     matrix = load(stacks_file)
     stack = one_stack(matrix, stacks)
-    jd.check_pair(matrix.stack(stack), instance_type)  # before the image: no engine needed
+    # before the image: no engine needed; a refusal names the scheduler the task writes for
+    jd.check_pair(matrix.stack(stack), instance_type, SCHEDULER_NAMES[task])
     _refuse_problems(matrix, stack, instance_type, count, launcher, command, scheduler)
     return Generated(matrix, stack, count, instance_type, command, parsed_mounts, parsed_claims,
                      target)

@@ -17,6 +17,9 @@ from pathlib import Path
 
 from matrix.errors import UsageError, UserError
 
+# The file name each generator's hints suggest (a folder given to --output, --output alone).
+FILE_NAMES = {"jobdef": "jobdef.json", "sbatch": "job.sbatch", "k8s": "job.yaml"}
+
 _KINDS = ((stat.S_ISLNK, "a symlink"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
           (stat.S_ISSOCK, "a socket"))
