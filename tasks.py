@@ -15,7 +15,7 @@ import sys
 
 import invoke
 
-from matrix.cli import catalog, deploy, images, options, suite, usage
+from matrix.cli import catalog, deploy, images, options, pipes, suite, usage
 
 task = functools.partial(invoke.task, auto_shortflags=False)
 
@@ -32,10 +32,16 @@ MOUNT_HELP = ("HOST_PATH:CONTAINER_PATH[:ro], a host folder (e.g. FSx for Lustre
 @task(help={"stacks": HELP["stacks"], "json": JSON,
             "names": "print only the stack names, one a line (for shell completion)",
             "instance_types": "print only the instance table's types, one a line (completion)",
-            "launchers": "print only the launcher names, one a line (completion)"})
+            "launchers": "print only the launcher names, one a line (completion)",
+            "values": "print only the values --OPTION takes, one a line (completion): "
+                      "scheduler, kind or rdzv"})
 @options.user_errors
-def stacks(c, stacks=STACKS, json=False, names=False, instance_types=False, launchers=False):
+def stacks(c, stacks=STACKS, json=False, names=False, instance_types=False, launchers=False,
+           values=None):
     """Every stack: base, components, target instances; valid, or why not, or not buildable yet."""
+    if values is not None:
+        print("\n".join(catalog.option_values(values)))
+        return
     if instance_types or launchers:
         catalog.show_names(stacks, "instance-types" if instance_types else "launchers")
         return
@@ -230,8 +236,10 @@ def explain(c, stack=None, instance_type=None, nodes="2", launcher=None, schedul
 
 
 # Read the command line before invoke's parser does, so that its messages ("No idea what
-# 'python3' is!") never reach a user: one line saying what to type instead, exit 2.
+# 'python3' is!") never reach a user: one line saying what to type instead, exit 2. And a
+# reader that stops early (invoke --list | head -1) ends the program quietly.
 if sys.argv and sys.argv[0].rsplit("/", 1)[-1] in ("invoke", "inv", "__main__.py", "mnp-stacks"):
+    pipes.install()
     usage.check(sys.argv, usage.parser_contexts(invoke.Collection.from_module(sys.modules[__name__])),
                 with_command=("run", "explain", "jobdef", "sbatch", "k8s"),
                 core=invoke.parser.ParserContext(args=invoke.Program().core_args()

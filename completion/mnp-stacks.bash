@@ -2,7 +2,8 @@
 # completion); after --stack, the stack names of the stacks file (`invoke stacks --names`, which
 # honours a --stacks FILE or --stacks=FILE given earlier on the line); after --instance-type and
 # --launcher, the instance table's types and the launcher names (`invoke stacks
-# --instance-types`, `invoke stacks --launchers`).
+# --instance-types`, `invoke stacks --launchers`); after --scheduler, --kind and --rdzv, the
+# values those options take (`invoke stacks --values scheduler`, from the lists the tasks check).
 #   source completion/mnp-stacks.bash        # in ~/.bashrc, with the project's venv on PATH
 # Works for `invoke ...`, `inv ...` and `./dev invoke ...`. Each Tab runs one invoke process that
 # imports no Docker, AWS or JSON Schema library (tests/test_cli.py checks), so it stays quick.
@@ -42,6 +43,9 @@ _mnp_stacks_complete() {
             return 0 ;;
         --launcher)
             COMPREPLY=($(compgen -W "$("${runner[@]}" stacks --launchers 2>/dev/null)" -- "$cur"))
+            return 0 ;;
+        --scheduler|--kind|--rdzv)
+            COMPREPLY=($(compgen -W "$("${runner[@]}" stacks --values "${prev#--}" 2>/dev/null)" -- "$cur"))
             return 0 ;;
         --stacks|--metadata-file|--ca-bundle|--output)
             COMPREPLY=($(compgen -f -- "$cur"))

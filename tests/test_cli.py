@@ -533,6 +533,25 @@ def test_completion_of_instance_types_and_launchers():
         "torchrun", "torch.distributed.launch"]
 
 
+def test_completion_of_scheduler_kind_and_rdzv_values():
+    """Issue 25: nothing was offered after --scheduler, --kind or --rdzv; the values come from
+    the lists the tasks check them against."""
+    from matrix.deploy.explain import RDZV_BACKENDS, SCHEDULERS
+    from matrix.deploy.k8s import KINDS
+
+    assert complete("invoke", "explain", "--scheduler", "''") == list(SCHEDULERS)
+    assert complete("./dev", "invoke", "explain", "--scheduler", "=", "py") == ["pytorchjob"]
+    assert complete("invoke", "k8s", "--kind", "''") == list(KINDS)
+    assert complete("mnp-stacks", "k8s", "--kind", "m") == ["mpijob"]
+    assert complete("invoke", "explain", "--rdzv", "etcd") == [
+        b for b in RDZV_BACKENDS if b.startswith("etcd")]
+
+
+def test_values_of_an_option_it_does_not_know_is_one_line():
+    line = one_error_line(invoke("stacks", "--values", "schedulr"), USAGE)
+    assert "--values schedulr: one of scheduler, rdzv, kind; did you mean scheduler?" in line
+
+
 def test_completion_reads_the_stacks_file_given_with_an_equals_sign(tmp_path):
     """`--stacks=FILE --stack <Tab>` completed the project's stacks, not FILE's."""
     mine = tmp_path / "mine.yaml"
@@ -560,7 +579,9 @@ HEAVY = ("docker", "jsonschema", "requests", "boto3", "botocore", "urllib3")
 
 
 @pytest.mark.parametrize("args", [("stacks", "--names"), ("stacks", "--instance-types"),
-                                  ("stacks", "--launchers"), ("--complete", "--", "invoke", "pl")])
+                                  ("stacks", "--launchers"), ("stacks", "--values", "kind"),
+                                  ("stacks", "--values", "scheduler"),
+                                  ("--complete", "--", "invoke", "pl")])
 def test_a_tab_imports_no_docker_aws_or_jsonschema(args):
     """Issue 16 item 16: each Tab took 0.5-1.5 s importing docker, jsonschema and requests."""
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "invoke", *args], cwd=ROOT,

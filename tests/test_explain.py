@@ -285,3 +285,16 @@ def test_invoke_explain_scheduler_mistakes_are_one_line_exit_2(args, word):
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert word in line and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("stack, itype, mpirun", [
+    ("cuda10.1-tcp", "p3.16xlarge", "/opt/openmpi/bin/mpirun"),  # built into options.prefix
+    ("cpu-tcp", "c5n.18xlarge", "/usr/bin/mpirun"),  # Debian's openmpi-bin
+    ("cuda13.2-efa", "p5.48xlarge", "/opt/amazon/openmpi/bin/mpirun"),  # the EFA installer's
+])
+def test_invoke_explain_runs_the_stacks_own_mpirun(stack, itype, mpirun):
+    """Issue 25: cuda10.1-tcp builds Open MPI into /opt/openmpi; explain printed /usr/bin/mpirun."""
+    proc = invoke_explain("--stack", stack, "--instance-type", itype)
+    assert proc.returncode == 0, proc.stderr
+    (command,) = [line for line in proc.stdout.splitlines() if line.startswith("command: ")]
+    assert command.startswith(f"command: {mpirun} --allow-run-as-root"), command

@@ -59,16 +59,19 @@ def test_efa_1_29_0_is_enough_for_nccl_2_19():
 
 def test_synapseai_1_7_1_ships_pytorch_1_13_0():
     good = make_stack({"synapseai": "1.7.1", "pytorch": "1.13.0", "efa": "1.19.0",
-                       "deepspeed-habana": "1.7.1"}, instances=("dl1.24xlarge",))
+                       "deepspeed-habana": "1.7.1"}, instances=("dl1.24xlarge",),
+                      provides={"python": "3.8"})
     assert _ids(good) == []
     old_pairing = make_stack({"synapseai": "1.7.1", "pytorch": "1.12.0", "efa": "1.19.0",
-                              "deepspeed-habana": "1.7.1"}, instances=("dl1.24xlarge",))
+                              "deepspeed-habana": "1.7.1"}, instances=("dl1.24xlarge",),
+                             provides={"python": "3.8"})
     assert _ids(old_pairing) == ["synapseai-1.7.1"]
 
 
 def test_p5_recommended_versions_do_not_block_but_are_reported():
     stack = replace(make_stack({"nccl": "2.18.1", "aws-ofi-nccl": "1.7.2", "efa": "1.29.0"},
-                               provides={"cuda": "12.1.1"}, instances=("p5.48xlarge",)),
+                               provides={"cuda": "12.1.1", "libfabric": "1.18.0amzn1.0"},
+                               instances=("p5.48xlarge",)),
                     fabric="efa")
     assert _ids(stack) == []
     advice = [v for v in check_stack(stack) if not v.blocking]
@@ -83,10 +86,10 @@ def test_p5_recommended_versions_do_not_block_but_are_reported():
 def test_libfabric_amzn_builds_compare_by_their_suffix():
     """EFA 1.36.0 ships 1.22.0amzn3.0; aws-ofi-nccl >= 1.13 needs 1.22.0amzn4.0 (installer 1.37.0)."""
     assert _version("efa", "1.36.0")["provides"]["libfabric"] == "1.22.0amzn3.0"
-    too_old = make_stack({"efa": "1.36.0", "aws-ofi-nccl": "1.13.2", "nccl": "2.23.4"},
+    too_old = make_stack({"efa": "1.36.0", "nccl": "2.23.4", "aws-ofi-nccl": "1.13.2"},
                          provides={"libfabric": "1.22.0amzn3.0"})
     assert "ofi-nccl-libfabric-1.13" in _ids(too_old)
-    new_enough = make_stack({"efa": "1.37.0", "aws-ofi-nccl": "1.13.2", "nccl": "2.23.4"},
+    new_enough = make_stack({"efa": "1.37.0", "nccl": "2.23.4", "aws-ofi-nccl": "1.13.2"},
                             provides={"libfabric": "1.22.0amzn4.0"})
     assert _ids(new_enough) == []
 

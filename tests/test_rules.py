@@ -155,10 +155,10 @@ def test_p5_minimum_missing_component_is_a_violation():
 
 
 def test_vendor_versions_compare_by_release():
-    stack = make_stack({"aws-ofi-nccl": "1.9.2-aws", "nccl": "2.21.5", "efa": "1.32.0"},
+    stack = make_stack({"nccl": "2.21.5", "aws-ofi-nccl": "1.9.2-aws", "efa": "1.32.0"},
                        provides={"libfabric": "1.18.0amzn1.0"})
     assert check_stack(stack) == []
-    older = make_stack({"aws-ofi-nccl": "1.9.2-aws", "nccl": "2.21.5", "efa": "1.32.0"},
+    older = make_stack({"nccl": "2.21.5", "aws-ofi-nccl": "1.9.2-aws", "efa": "1.32.0"},
                        provides={"libfabric": "1.17.0amzn2.0"})
     assert [v.rule.id for v in check_stack(older)] == ["ofi-nccl-libfabric-1.8"]
 
@@ -276,6 +276,19 @@ CLASS_CASES = {
     "gpu-arch": (
         fact_stack([], {"cuda": "11.7.1"}, instances=("p4d.24xlarge",)),
         fact_stack([], {"cuda": "10.1.243"}, instances=("p4d.24xlarge",)),
+    ),
+    # Versions with no `requires`: the component's own needs, in stack order.
+    "component-needs": (
+        fact_stack([("pytorch", "2.0.1", {}), ("deepspeed", "0.14.5", {})], {"python": "3.10"}),
+        fact_stack([("deepspeed", "0.14.5", {}), ("pytorch", "2.0.1", {})], {"python": "3.10"}),
+    ),
+    "distribution-family": (
+        fact_stack([("pdsh", "2.31", {"apt": {"pdsh": "2.31-3build2"}})], os="ubuntu22.04"),
+        fact_stack([("pdsh", "2.31", {"apt": {"pdsh": "2.31-3build2"}})], os="debian12"),
+    ),
+    "cuda13-facts": (
+        fact_stack([("nccl-tests", "2.17.6", {"requires": ["cuda"]})], {"cuda": "13.2.86"}),
+        fact_stack([("nccl-tests", "2.17.6", {})], {"cuda": "13.2.86"}),
     ),
 }
 
@@ -410,9 +423,11 @@ def test_a_gpu_the_cuda_cannot_target_is_a_violation(cuda, instance, gpu, reason
 
 
 def test_every_gpu_the_cuda_can_target_passes():
+    # 12.9: the first CUDA whose nvcc targets every GPU of the table (B300's sm_103 is new in it,
+    # V100's sm_70 is dropped only in 13.0)
     for instance, row in INSTANCE_TYPES.items():
         if row.gpus and row.gpu_model:
-            assert check_stack(fact_stack([], {"cuda": "12.8.0"}, instances=(instance,)),
+            assert check_stack(fact_stack([], {"cuda": "12.9.0"}, instances=(instance,)),
                                (_class("gpu-arch"),)) == [], instance
 
 

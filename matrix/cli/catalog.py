@@ -25,12 +25,13 @@ from matrix.cli.options import (
     pick_stacks,
     shown,
 )
-from matrix.errors import UserError
+from matrix.errors import UsageError, UserError, did_you_mean
 from matrix.model.entities import Matrix
 from matrix.model.settings import GENERATED, ROOT
 
 if TYPE_CHECKING:
     from matrix.image.plan import Plan
+    from matrix.model.violation import Violation
 
 # --- stacks --------------------------------------------------------------------------------------
 
@@ -50,12 +51,21 @@ def stacks_data(matrix: Matrix) -> list[dict[str, Any]]:
                        for layer in stack.layers],
             "instances": list(stack.instances), "fabric": stack.fabric,
             "valid": not violations,
-            "violations": [f"{v.trigger} needs {v.component} {' or '.join(v.wanted)} "
-                           f"(found {v.found or 'none'}) [{v.rule.id}]" for v in violations],
+            "violations": [_violation_text(v) for v in violations],
             "buildable": not stack.unpinned(),
             "unpinned": stack.unpinned(),
         })
     return rows
+
+
+def _violation_text(violation: Violation) -> str:
+    """One broken rule as ``invoke stacks`` lists it: a pairwise rule as what needs what, a
+    rule class as its own sentence plus which class fired and why the class exists."""
+    v = violation
+    if v.rule.kind == "class":
+        return f"{v.sentence} [{v.named}: {v.rule.why}]"
+    return (f"{v.trigger} needs {v.component} {' or '.join(v.wanted)} "
+            f"(found {v.found or 'none'}) [{v.named}]")
 
 
 def component_parts(row: dict[str, Any]) -> list[str]:
@@ -108,6 +118,33 @@ def show_names(stacks_file: str, what: str = "stacks") -> None:
     else:
         names = stack_names(stacks_file)
     print("\n".join(names))
+
+
+def _k8s_kinds() -> list[str]:
+    """The kinds ``invoke k8s --kind`` takes: the keys of ``KINDS`` in matrix/deploy/k8s.py, read
+    from its source (that module imports jsonschema and botocore, which a Tab must not)."""
+    import ast
+
+    from matrix.model.settings import ROOT
+
+    tree = ast.parse((ROOT / "matrix" / "deploy" / "k8s.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["KINDS"]:
+            return list(ast.literal_eval(node.value))
+    raise UserError("matrix/deploy/k8s.py: no KINDS table to complete --kind from")
+
+
+def option_values(option: str) -> list[str]:
+    """The values ``--OPTION`` takes, from the lists the tasks check them against, for
+    completion (``invoke stacks --values scheduler``)."""
+    from matrix.deploy import explain
+
+    readers = {"scheduler": lambda: list(explain.SCHEDULERS),
+               "rdzv": lambda: list(explain.RDZV_BACKENDS), "kind": _k8s_kinds}
+    if option not in readers:
+        raise UsageError(f"--values {option}: one of {', '.join(readers)}"
+                         f"{did_you_mean(option, readers)}")
+    return readers[option]()
 
 
 def show_stacks(stacks_file: str, as_json: bool = False, names_only: bool = False) -> None:

@@ -23,6 +23,7 @@ from matrix.cli.options import (
     shown,
     stack_list,
 )
+from matrix.cli.output import FILE_NAMES, output_path, write_whole
 from matrix.errors import EXIT_CANNOT, SEPARATOR, UsageError, UserError
 from matrix.image.plan import plan
 from matrix.model.entities import Matrix
@@ -59,6 +60,8 @@ def _push_line(line: str) -> None:
 
 
 JOB_COMMAND_EXAMPLE = "-- python3 train.py"
+# Who runs what each generator writes, as its refusals name it.
+SCHEDULER_NAMES = {"jobdef": "AWS Batch", "sbatch": "Slurm", "k8s": "Kubernetes"}
 
 
 @dataclass
@@ -94,10 +97,11 @@ def _generator_input(task: str, what: str, stacks_file: str, stacks: Any, nodes:
                          f"{count} --instance-type {instance_type} {JOB_COMMAND_EXAMPLE} (it "
                          f"becomes {what}, word for word)")
     parsed_mounts, parsed_claims = parse_all(mounts, claims)
-    target = _output_path(output) if output else None
+    target = output_path(output, FILE_NAMES[task]) if output else None
     matrix = load(stacks_file)
     stack = one_stack(matrix, stacks)
-    jd.check_pair(matrix.stack(stack), instance_type)  # before the image: no engine needed
+    # before the image: no engine needed; a refusal names the scheduler the task writes for
+    jd.check_pair(matrix.stack(stack), instance_type, SCHEDULER_NAMES[task])
     _refuse_problems(matrix, stack, instance_type, count, launcher, command, scheduler)
     return Generated(matrix, stack, count, instance_type, command, parsed_mounts, parsed_claims,
                      target)
@@ -112,7 +116,7 @@ def _image(given: Generated, image_uri: str | None) -> str:
 def _emit(given: Generated, text: str, output: str | None) -> None:
     """``text`` to ``--output`` (whole or not at all) or to stdout."""
     if given.target:
-        _write_atomically(given.target, text if text.endswith("\n") else text + "\n", output or "")
+        write_whole(given.target, text if text.endswith("\n") else text + "\n", output or "")
         print(f"wrote {shown(given.target)}")
     else:
         print(text, end="" if text.endswith("\n") else "\n")
@@ -202,38 +206,6 @@ def _refuse_problems(matrix: Matrix, stack: str, instance_type: str, nodes: int,
                         f"under {scheduler}: " + SEPARATOR.join(problems) + " (a real run stops "
                         f"there; see invoke explain --stack {stack} --instance-type "
                         f"{instance_type} --launcher {launcher} --scheduler {scheduler})")
-
-
-def _output_path(output: str) -> Path:
-    """``--output`` as a file whose folder exists (checked before anything is built)."""
-    path = Path(output)
-    if path.is_dir():
-        raise UsageError(f"--output {output}: a folder; give a file name, e.g. --output "
-                         f"{path / 'jobdef.json'}")
-    if not path.parent.is_dir():
-        raise UsageError(f"--output {output}: no folder {path.parent}; create it first or "
-                         "write somewhere else")
-    return path
-
-
-def _write_atomically(path: Path, text: str, option: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``: a
-    reader never sees half a file, and a failed write leaves the old one."""
-    import os
-    import tempfile
-
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise UserError(f"--output {option}: cannot write in {path.parent}: "
-                        f"{exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise UserError(f"--output {option}: cannot write it: {exc.strerror}") from None
 
 
 def _local_digest_uri(matrix: Matrix, stack: str) -> str:

@@ -35,6 +35,7 @@ from types import ModuleType
 
 import invoke
 
+from matrix.cli import pipes
 from matrix.errors import EXIT_CANNOT
 from matrix.model.settings import ROOT
 
@@ -89,4 +90,4 @@ def main(argv: Sequence[str] | None = None) -> None:
             return
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_CANNOT)
-    program(module).run(args)
+    pipes.run_quietly(lambda: program(module).run(args))  # mnp-stacks --list | head -1

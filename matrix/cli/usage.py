@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from matrix.cli.output import FILE_NAMES
 from matrix.errors import UsageError, did_you_mean
 
 # Words that make invoke print something instead of running a task: nothing to check then.
@@ -33,7 +34,7 @@ EXAMPLES = {
     "--stack": "cpu-tcp", "--stacks": "stacks.yaml", "--nodes": "2", "--late-node": "1",
     "--instance-type": "c5n.18xlarge", "--launcher": "mpirun", "--registry":
     "123456789012.dkr.ecr.us-east-1.amazonaws.com", "--image-uri": "REPO@sha256:DIGEST",
-    "--output": "jobdef.json", "--region": "us-east-1", "--profile": "default",
+    "--region": "us-east-1", "--profile": "default",
     "--ca-bundle": "/etc/ssl/certs/ca-certificates.crt", "--metadata-file": "meta.json",
     "--pytest": '"-k plan -x"', "--secret-arn": "arn:aws:secretsmanager:...",
     "--execution-role-arn": "arn:aws:iam::123456789012:role/NAME",
@@ -122,7 +123,8 @@ def check(argv: Sequence[str], contexts: Iterable[Any], with_command: Iterable[s
                 argument = known.get(flag)
                 if argument is not None and argument.takes_value and "=" not in word:
                     if index >= len(words) or words[index].startswith("--"):
-                        example = EXAMPLES.get(flag, "VALUE")
+                        example = (FILE_NAMES.get(task or "", "FILE") if flag == "--output"
+                                   else EXAMPLES.get(flag, "VALUE"))
                         fail(f"{flag} needs a value, e.g. {program} {task} {flag} {example}")
                     index += 1
                 continue

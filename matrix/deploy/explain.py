@@ -98,12 +98,23 @@ def _plugin_path(stack: Stack) -> str | None:
     return None
 
 
+def _openmpi_tool(stack: Stack, tool: str) -> str | None:
+    """Where the stack's own Open MPI layer puts ``tool``: under the prefix it is built into
+    from the release tarball (options.prefix, e.g. /opt/openmpi: images/openmpi/Dockerfile.j2
+    puts prefix/bin on PATH), else the distribution's /usr/bin; None without such a layer."""
+    layer = stack.layer("openmpi")
+    if layer is None:
+        return None
+    prefix = (layer.spec.get("options") or {}).get("prefix")
+    return f"{prefix}/bin/{tool}" if prefix else f"/usr/bin/{tool}"
+
+
 def stack_facts(stack: Stack, instance: InstanceType) -> NodeFacts:
     """What a node of ``stack`` on ``instance`` has, from declarations only."""
     components = {layer.component for layer in stack.layers}
     versions, sources = _declared_versions(stack)
     efa_software = "efa" in components or "synapseai" in components
-    binaries = _binaries(components, versions, efa_software)
+    binaries = _binaries(components, versions, efa_software, _openmpi_tool(stack, "mpirun"))
     plugin_path = _plugin_path(stack)
     wrapper = stack.layer("hccl-ofi-wrapper")
     # invoke jobdef passes the uverbs devices in only when the stack's fabric is efa
@@ -158,13 +169,13 @@ def _declared_versions(stack: Stack) -> tuple[dict[str, str], dict[str, str]]:
     return versions, sources
 
 
-def _binaries(components: set[str], versions: dict[str, str],
-              efa_software: bool) -> dict[str, str | None]:
-    """Where the stack's layers put each program the entrypoint looks for (None: absent)."""
+def _binaries(components: set[str], versions: dict[str, str], efa_software: bool,
+              own_mpirun: str | None) -> dict[str, str | None]:
+    """Where the stack's layers put each program the entrypoint looks for (None: absent);
+    ``own_mpirun``: the stack's own Open MPI layer's mpirun, if it has one."""
     return {
         "python3": "/usr/bin/python3",
-        "mpirun": "/opt/amazon/openmpi/bin/mpirun" if efa_software else (
-            "/usr/bin/mpirun" if "openmpi" in components else None),
+        "mpirun": "/opt/amazon/openmpi/bin/mpirun" if efa_software else own_mpirun,
         "sshd": "/usr/sbin/sshd" if "ssh" in components else None,
         "deepspeed": "/usr/local/bin/deepspeed" if versions.get("deepspeed") else None,
         "torchrun": "/usr/local/bin/torchrun"

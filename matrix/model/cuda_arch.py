@@ -37,6 +37,7 @@ GPU_COMPUTE_CAPABILITY: dict[str, str] = {
     "H100": "9.0",
     "H200": "9.0",
     "B200": "10.0",
+    "B300": "10.3",  # Blackwell Ultra (p6-b300)
 }
 
 
@@ -72,6 +73,10 @@ ARCH_SUPPORT: dict[str, ArchSupport] = {
     "10.0": ArchSupport((12, 8), None,
                         f"{_NOTES.format('12.8.0')} section \"General CUDA\" (Blackwell "
                         f"sm_100 from CUDA 12.8)"),
+    "10.3": ArchSupport((12, 9), None,
+                        "https://docs.nvidia.com/cuda/archive/12.9.1/cuda-features-archive/"
+                        "index.html section \"CUDA 12.9 Features\" / \"General CUDA\" (compiler "
+                        "target support for SM architecture 10.3: sm_103, sm_103f, sm_103a)"),
 }
 GPUS_PAGE = ("https://developer.nvidia.com/cuda-gpus (\"Compute Capability\" tables: data center "
              "products)")

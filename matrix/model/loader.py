@@ -15,6 +15,7 @@ from matrix.model import yamlsrc
 from matrix.model.entities import Base, ComponentVersion, Matrix, Stack, comparable, specifier
 from matrix.model.instances import INSTANCE_TYPES, TABLE
 from matrix.model.schema import check_options, check_schema, key_text
+from matrix.model.settings import ROOT
 
 
 def load_matrix(path: Path) -> Matrix:
@@ -90,7 +91,8 @@ def _check_instances(name: str, spec: dict[str, Any], located: yamlsrc.Located) 
         if instance not in INSTANCE_TYPES:
             at = located.where(("stacks", name, "instances", index))
             raise UserError(f"{at}: stacks/{name}/instances/{index}: instance type {instance!r} "
-                            f"is not in the instance table matrix/{TABLE.name} "
+                            f"is not in the instance table {TABLE.relative_to(ROOT)}"
+                            f"{did_you_mean(instance, INSTANCE_TYPES)} "
                             f"(known: {', '.join(sorted(INSTANCE_TYPES))})")
 
 

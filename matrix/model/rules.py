@@ -9,7 +9,10 @@ Two kinds of rule, both with their source:
   ``stacks.yaml`` (``requires``, ``os``, ``cuda``, ``cxx_std``/``header_cxx_std``, and each pip
   pin's ``requires_python`` and wheel ``tag``) and over the instance table (every target GPU
   must be one the stack's CUDA can compile for), so whole classes of incompatibility are caught,
-  not just the pairs someone wrote down.
+  not just the pairs someone wrote down;
+* rule classes over what a component needs below it, the distribution its template installs
+  from and the facts a CUDA 13 stack's versions must declare (:mod:`matrix.model.layer_classes`),
+  with their data in the class's entry in ``rules.yaml``.
 
 A violation names the stack, what needs what, what was found, the rule and its source (plus the
 source of the component fact it used), and points at the stack's line in the stacks file.
@@ -19,9 +22,7 @@ level ``recommended`` are reported by :func:`check_stack` but never block.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from fnmatch import fnmatch
 from functools import cache
 from pathlib import Path
@@ -31,56 +32,13 @@ from packaging.specifiers import InvalidSpecifier
 from packaging.tags import parse_tag
 
 from matrix.errors import UserError
-from matrix.model import yamlsrc
+from matrix.model import layer_classes, yamlsrc
 from matrix.model.entities import Matrix, Stack, comparable, matches, specifier
 from matrix.model.schema import check_schema
+from matrix.model.violation import Rule, Violation, fact_source, requirement
 
 RULES_FILE = Path(__file__).parent / "rules.yaml"
 PYPI_SIMPLE = "https://pypi.org/simple"
-_REQUIREMENT = re.compile(r"^([a-z0-9][a-z0-9.-]*)\s*(.*)$")
-
-
-@dataclass(frozen=True)
-class Rule:
-    id: str
-    when: dict[str, Any]
-    require: dict[str, tuple[str, ...]]
-    source: str
-    why: str = ""
-    present: bool = False
-    level: str = "required"
-    kind: str = "pairwise"
-
-
-@dataclass(frozen=True)
-class Violation:
-    stack: Stack
-    rule: Rule
-    trigger: str
-    component: str
-    found: str | None
-    wanted: tuple[str, ...]
-    detail: str = ""
-    fact_source: str = ""
-
-    @property
-    def sentence(self) -> str:
-        if self.detail:
-            return self.detail
-        wanted = " or ".join(self.wanted)
-        found = f"found {self.found}" if self.found else "it is missing"
-        return f"{self.trigger} needs {self.component} {wanted}, {found}"
-
-    @property
-    def blocking(self) -> bool:
-        return self.rule.level == "required"
-
-    def __str__(self) -> str:
-        why = f" ({self.rule.why})" if self.rule.why else ""
-        level = "" if self.blocking else " [recommended, not required]"
-        source = self.rule.source + (f"; fact: {self.fact_source}" if self.fact_source else "")
-        return (f"{self.stack.where}: stack {self.stack.name}: {self.sentence}{why}{level} "
-                f"[rule {self.rule.id}; source: {source}]")
 
 
 # --- loading -------------------------------------------------------------------------------
@@ -96,8 +54,10 @@ def load_rules(path: Path = RULES_FILE) -> tuple[Rule, ...]:
         if raw["id"] not in CLASS_CHECKS:
             raise UserError(f"{located.where(('classes', index))}: rule class {raw['id']!r} has "
                             f"no check in matrix/model/rules.py ({', '.join(sorted(CLASS_CHECKS))})")
+        data = {k: v for k, v in raw.items() if k not in ("id", "why", "source")}
         rules.append(Rule(id=raw["id"], when={}, require={}, source=raw["source"],
-                          why=raw.get("why", ""), kind="class"))
+                          why=raw.get("why", ""), kind="class", data=data))
+        layer_classes.check_data(rules[-1], located.where(("classes", index)))
     missing = set(CLASS_CHECKS) - {r.id for r in rules if r.kind == "class"}
     if missing:
         raise UserError(f"{path}: classes: no entry (with its source) for {', '.join(sorted(missing))}")
@@ -167,7 +127,7 @@ def _applies(rule: Rule, stack: Stack, versions: dict[str, str]) -> str | None:
     return " with ".join(reasons) or f"stack {stack.name}"
 
 
-def _instance_requirement(stack: Stack, rule: Rule, trigger: str, key: str,
+def _instancerequirement(stack: Stack, rule: Rule, trigger: str, key: str,
                           alternatives: tuple[str, ...]) -> list[Violation]:
     attr = key.split(".", 1)[1]
     problems = []
@@ -191,7 +151,7 @@ def _check_pairwise(stack: Stack, rule: Rule, versions: dict[str, str]) -> list[
     violations = []
     for component, alternatives in rule.require.items():
         if component.startswith("instance."):
-            violations += _instance_requirement(stack, rule, trigger, component, alternatives)
+            violations += _instancerequirement(stack, rule, trigger, component, alternatives)
             continue
         found = versions.get(component)
         if found is None:
@@ -205,26 +165,15 @@ def _check_pairwise(stack: Stack, rule: Rule, versions: dict[str, str]) -> list[
 
 # --- rule classes over component facts --------------------------------------------------------
 
-def _fact_source(spec: dict[str, Any], fact: str) -> str:
-    return str((spec.get("sources") or {}).get(fact, ""))
-
-
-def _requirement(entry: str) -> tuple[str, str]:
-    match = _REQUIREMENT.match(entry)
-    if not match:  # the schema's pattern keeps this from happening
-        raise UserError(f"requires entry {entry!r} is not `name` or `name<specifier>`")
-    return match.group(1), match.group(2).strip()
-
-
 def check_build_requires(stack: Stack, rule: Rule) -> list[Violation]:
     """What a layer compiles or links against must come from the base or an earlier layer."""
     have = dict(stack.base.provides)
     violations = []
     for layer in stack.layers:
         for entry in layer.spec.get("requires", []):
-            name, spec = _requirement(entry)
+            name, spec = requirement(entry)
             found = have.get(name)
-            source = _fact_source(layer.spec, "requires")
+            source = fact_source(layer.spec, "requires")
             if found is None:
                 detail = (f"{layer.label} builds against {name}, but neither the base "
                           f"{stack.base.name} nor a layer before it provides {name}")
@@ -249,7 +198,7 @@ def check_os(stack: Stack, rule: Rule) -> list[Violation]:
             detail = (f"{layer.label} supports {', '.join(supported)}; the base "
                       f"{stack.base.name} is {stack.base.os}")
             violations.append(Violation(stack, rule, layer.label, "os", stack.base.os,
-                                        tuple(supported), detail, _fact_source(layer.spec, "os")))
+                                        tuple(supported), detail, fact_source(layer.spec, "os")))
     return violations
 
 
@@ -265,7 +214,7 @@ def check_cuda(stack: Stack, rule: Rule) -> list[Violation]:
             found = f"CUDA {cuda}" if cuda else "no CUDA"
             detail = f"{layer.label} is built for CUDA {built_for}; the stack has {found}"
             violations.append(Violation(stack, rule, layer.label, "cuda", cuda, (built_for,),
-                                        detail, _fact_source(layer.spec, "cuda")))
+                                        detail, fact_source(layer.spec, "cuda")))
     return violations
 
 
@@ -277,13 +226,13 @@ def check_cxx_standard(stack: Stack, rule: Rule) -> list[Violation]:
         if standard is None:
             continue
         for entry in layer.spec.get("requires", []):
-            provider = stack.layer(_requirement(entry)[0])
+            provider = stack.layer(requirement(entry)[0])
             needed = provider.spec.get("header_cxx_std") if provider else None
             if needed is not None and int(needed) > int(standard):
                 detail = (f"{layer.label} compiles with C++{standard} against "
                           f"{provider.label}, whose headers need C++{needed}")
-                source = "; ".join(s for s in (_fact_source(layer.spec, "cxx_std"),
-                                               _fact_source(provider.spec, "header_cxx_std")) if s)
+                source = "; ".join(s for s in (fact_source(layer.spec, "cxx_std"),
+                                               fact_source(provider.spec, "header_cxx_std")) if s)
                 violations.append(Violation(stack, rule, layer.label, provider.component,
                                             f"C++{standard}", (f"C++{needed}",), detail, source))
     return violations
@@ -369,6 +318,7 @@ CLASS_CHECKS: dict[str, Callable[[Stack, Rule], list[Violation]]] = {
     "pip-requires-python": check_requires_python,
     "pip-wheel-tags": check_wheel_tags,
     "gpu-arch": check_gpu_arch,
+    **layer_classes.CHECKS,
 }
 
 

@@ -358,7 +358,7 @@ def test_jobdef_register_without_aws_configuration_is_one_line(tmp_path, extra, 
     (["--stack", "cpu-mpi", "--launcher", "torchrun", "--instance-type", "c5n.18xlarge"],
      "torchrun needs PyTorch"),
     (["--stack", "cpu-tcp", "--instance-type", "p4d.24xlarge"],
-     "stack cpu-tcp cannot use p4d.24xlarge: it has no CUDA, so the job would ask Batch for the "
+     "stack cpu-tcp cannot use p4d.24xlarge: it has no CUDA, so the job would ask AWS Batch for the "
      "8 GPUs"),
     (["--stack", "cpu-mpi", "--instance-type", "dl1.24xlarge"], "it has no SynapseAI"),
 ])
