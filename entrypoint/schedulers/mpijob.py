@@ -12,7 +12,7 @@ import os
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ..core.errors import ConfigError
-from .base import MAX_NODES, MAX_SLOTS, LauncherSsh, NodeTable, first, get
+from .base import MAX_NODES, MAX_SLOTS, STARTED, LauncherSsh, NodeTable, first, get
 
 NAME = "mpijob"
 SOURCE = ("https://github.com/kubeflow/mpi-operator/blob/master/pkg/controller/"
@@ -20,6 +20,7 @@ SOURCE = ("https://github.com/kubeflow/mpi-operator/blob/master/pkg/controller/"
 ROLE = "K_MPI_JOB_ROLE"
 HOSTFILES = ("OMPI_MCA_orte_default_hostfile", "I_MPI_HYDRA_HOST_FILE", "HYDRA_HOST_FILE")
 DEFAULT_HOSTFILE = "/etc/mpi/hostfile"
+SIGNALS = (ROLE,)
 MAX_HOSTFILE_BYTES = 4 * 1024 * 1024
 # The launcher's ssh: the operator's OMPI_MCA_plm_rsh_args plus no host key checking, since every
 # worker makes its host key when it starts (``run.worker``) and the operator distributes none
@@ -32,6 +33,10 @@ LAUNCHER_SSH = LauncherSsh(
 
 def detect(env: Mapping[str, str]) -> Optional[str]:
     return first(env, ROLE)
+
+
+def trust(env: Mapping[str, str]) -> Tuple[int, str]:
+    return STARTED, "the MPI operator sets it on the launcher and worker pods it makes"
 
 
 def table(env: Mapping[str, str]) -> NodeTable:

@@ -6,10 +6,10 @@ The ``node`` container gets ``PET_NNODES``, ``PET_NPROC_PER_NODE`` (a number, or
 PyTorchJob there is no ``RANK``/``MASTER_ADDR``/``WORLD_SIZE``. DNS names the pods.
 """
 
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Tuple
 
 from ..core.errors import ConfigError
-from .base import NodeTable, below, get, integer
+from .base import EXPORTED, NodeTable, below, get, integer
 from .torchenv import endpoint, nnodes, slots
 
 NAME = "trainjob"
@@ -17,10 +17,18 @@ SOURCE = ("https://github.com/kubeflow/trainer/blob/master/pkg/runtime/framework
           "torch.go; pkg/constants/constants.go (TorchEnv*)")
 
 
+SIGNALS = ("PET_NODE_RANK", "PET_NNODES", "PET_NPROC_PER_NODE", "PET_MASTER_ADDR",
+           "PET_MASTER_PORT")
+
+
 def detect(env: Mapping[str, str]) -> Optional[str]:
     if get(env, "PET_NODE_RANK") and get(env, "PET_NNODES"):
         return "PET_NODE_RANK"
     return None
+
+
+def trust(env: Mapping[str, str]) -> Tuple[int, str]:
+    return EXPORTED, "job scripts can export PET_* too: torchrun reads its options from them"
 
 
 def table(env: Mapping[str, str]) -> NodeTable:
