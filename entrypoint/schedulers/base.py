@@ -5,7 +5,7 @@ which variable, this node's role and rank, the node count, the main node's addre
 and slots when the scheduler names them, whether the entrypoint must wire the nodes itself
 (``rendezvous``: only AWS Batch, whose nodes learn nothing but the main node's address), the
 typed facts the plan reads (``master_port``, ``rank``, ``elastic``, ``slots_are``,
-``launcher_ssh``, ``other_ways``), the other schedulers' variables detection ``ignored`` (with
+``launcher_ssh``, ``other_ways``, ``runs_ranks``), the other schedulers' variables detection ``ignored`` (with
 why) and, for the dry run only, the same and more as display text in
 ``extra`` (nothing parses ``extra`` back).
 
@@ -59,7 +59,7 @@ class NodeTable(object):
     """One process's view of its job, as a scheduler describes it. Plain attributes."""
 
     FIELDS = ("scheduler", "detected_from", "role", "node_rank", "num_nodes", "main_rank",
-              "main_address", "hosts", "slots", "rendezvous", "extra", "ignored")
+              "main_address", "hosts", "slots", "rendezvous", "extra", "ignored", "runs_ranks")
 
     def __init__(self, scheduler: str, detected_from: Optional[str], role: str,
                  node_rank: Optional[int] = 0, num_nodes: Optional[int] = 1,
@@ -68,7 +68,8 @@ class NodeTable(object):
                  extra: Optional[Dict[str, str]] = None, main_rank: int = 0,
                  master_port: Optional[int] = None, rank: Optional[int] = None,
                  elastic: Optional[Elastic] = None, slots_are: Optional[str] = None,
-                 launcher_ssh: Optional[LauncherSsh] = None, other_ways: str = "") -> None:
+                 launcher_ssh: Optional[LauncherSsh] = None, other_ways: str = "",
+                 runs_ranks: bool = True) -> None:
         if role not in ROLES:
             raise ValueError("unknown role %r" % role)
         self.scheduler = scheduler
@@ -90,6 +91,10 @@ class NodeTable(object):
         self.slots_are = slots_are
         self.launcher_ssh = launcher_ssh  # the SSH a launcher role must use, if the scheduler has one
         self.other_ways = other_ways  # this scheduler's own ways to start ranks, for a problem line
+        # False where no rank runs on this node (an MPIJob launcher, an salloc shell on a login
+        # node): the plan is still made for the ranks elsewhere (a launcher's variables reach
+        # them), but this node's devices are not theirs, so the device preflight is theirs too
+        self.runs_ranks = runs_ranks
         # other schedulers' variables that were present but not used, each with why (``choose``)
         self.ignored = []  # type: List[str]
 

@@ -1,7 +1,10 @@
 """Kubeflow MPIJob v2beta1 (mpi-operator): a launcher pod runs mpirun over SSH to worker pods.
 
 Both roles get ``K_MPI_JOB_ROLE`` (``launcher`` or ``worker``) and the ConfigMap at ``/etc/mpi``.
-The launcher of an Open MPI job gets ``OMPI_MCA_orte_default_hostfile=/etc/mpi/hostfile`` (one
+The launcher runs no ranks unless the job sets ``runLauncherAsWorker``, which lists it first in
+the hostfile; it plans for the ranks (mpirun passes its variables to them) but does not check
+the devices on itself (``runs_ranks``). The launcher of an Open MPI job gets
+``OMPI_MCA_orte_default_hostfile=/etc/mpi/hostfile`` (one
 ``<job>-worker-<i>.<job>.<ns>.svc slots=N`` line per worker), ``OMPI_MCA_orte_keep_fqdn_hostnames``,
 ``OMPI_MCA_plm_rsh_args`` and ``OMPI_MCA_orte_set_default_slots``; Intel MPI's launcher gets
 ``I_MPI_HYDRA_HOST_FILE`` and MPICH's ``HYDRA_HOST_FILE`` (lines ``host:N``). SSH keys are a Secret
@@ -53,9 +56,10 @@ def table(env: Mapping[str, str]) -> NodeTable:
     if hosts is None:
         extra["hostfile"] += ": not readable here"
         return NodeTable(NAME, ROLE, "launcher", node_rank=None, num_nodes=None, extra=extra,
-                         launcher_ssh=LAUNCHER_SSH)
+                         launcher_ssh=LAUNCHER_SSH, runs_ranks=False)
     return NodeTable(NAME, ROLE, "launcher", node_rank=None, num_nodes=len(hosts), hosts=hosts,
-                     slots=slots, extra=extra, launcher_ssh=LAUNCHER_SSH)
+                     slots=slots, extra=extra, launcher_ssh=LAUNCHER_SSH,
+                     runs_ranks=launcher_is_worker(env, hosts))
 
 
 def read_hostfile(path: str, variable: str) -> Tuple[Optional[List[str]], Optional[List[int]]]:
@@ -101,6 +105,13 @@ def _hostfile_line(line: str, where: str, variable: str) -> Tuple[str, Optional[
             raise ConfigError(variable, "%s: %r is not a slot count 1-%d" % (where, count, MAX_SLOTS))
         return host, int(count)
     return host, None
+
+
+def launcher_is_worker(env: Mapping[str, str], hosts: List[str]) -> bool:
+    """True when the hostfile lists this pod (``runLauncherAsWorker``: the launcher first, as
+    ``<job>-launcher.<job>...``): Kubernetes sets ``HOSTNAME`` to the pod's hostname."""
+    me = get(env, "HOSTNAME")
+    return bool(me) and any(host.split(".", 1)[0] == me for host in hosts)
 
 
 def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:

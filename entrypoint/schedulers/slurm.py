@@ -138,7 +138,8 @@ def table(env: Mapping[str, str]) -> NodeTable:
         rank = optional_integer(env, "SLURM_NODEID")
         if rank is not None:
             _check_rank(env, rank, step, len(hosts))
-        return NodeTable(NAME, detected, "launcher", node_rank=rank, **common)
+        return NodeTable(NAME, detected, "launcher", node_rank=rank, runs_ranks=rank is not None,
+                         **common)
     rank = integer(env, "SLURM_NODEID")
     _check_rank(env, rank, step, len(hosts))
     role = "single" if len(hosts) == 1 else ("main" if rank == 0 else "child")
