@@ -22,7 +22,10 @@ from entrypoint.settings import config
 
 
 @pytest.mark.parametrize("plugin,expected", [
-    ("1.7.4", "AWS Libfabric"), ("1.11.0", "AWS Libfabric"), ("1.12.0", "Libfabric"),
+    ("1.7.4", "AWS Libfabric"), ("1.11.0", "AWS Libfabric"),
+    # issue 23: the rename (PR #530) first ships in v1.13.0-aws; 1.12.x still says
+    # "AWS Libfabric", and NCCL_NET=Libfabric fails its init ("network Libfabric not found")
+    ("1.12.0", "AWS Libfabric"), ("1.12.1", "AWS Libfabric"), ("1.13.0", "Libfabric"),
     ("1.15.0", "Libfabric"), (None, "AWS Libfabric"),
 ])
 def test_efa_plans_pin_nccl_to_the_plugin_by_its_name(plugin, expected):
