@@ -1,9 +1,11 @@
 """Kubeflow MPIJob v2beta1 (mpi-operator): a launcher pod runs mpirun over SSH to worker pods.
 
-Both roles get ``K_MPI_JOB_ROLE`` (``launcher`` or ``worker``) and the ConfigMap at ``/etc/mpi``.
-The launcher runs no ranks unless the job sets ``runLauncherAsWorker``, which lists it first in
-the hostfile; it plans for the ranks (mpirun passes its variables to them) but does not check
-the devices on itself (``runs_ranks``). The launcher of an Open MPI job gets
+Both roles get ``K_MPI_JOB_ROLE`` (``launcher`` or ``worker``); only the launcher gets the
+ConfigMap at ``/etc/mpi`` (``newLauncherPodTemplate`` mounts it; a worker pod has no hostfile and
+needs none: the launcher's mpirun reaches it over SSH). The launcher runs no ranks unless the
+job sets ``runLauncherAsWorker``, which lists it first in the hostfile; it plans for the ranks
+(mpirun passes its variables to them) but does not check the devices on itself
+(``runs_ranks``). The launcher of an Open MPI job gets
 ``OMPI_MCA_orte_default_hostfile=/etc/mpi/hostfile`` (one
 ``<job>-worker-<i>.<job>.<ns>.svc slots=N`` line per worker), ``OMPI_MCA_orte_keep_fqdn_hostnames``,
 ``OMPI_MCA_plm_rsh_args`` and ``OMPI_MCA_orte_set_default_slots``; Intel MPI's launcher gets

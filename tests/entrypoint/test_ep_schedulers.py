@@ -316,8 +316,9 @@ def test_each_example_is_detected_by_its_own_adapter():
                 "trainjob": TRAINJOB_NODE1, "mpijob": MPIJOB_LAUNCHER}
     for name, env in examples.items():
         found = [m.NAME for m in schedulers.ORDER if m.detect(env)]
-        # A release-1.9 PyTorchJob also sets PET_NODE_RANK, which TrainJob's adapter recognises:
-        # the order puts pytorchjob first. Every other example is recognised by one adapter.
+        # A PyTorchJob also sets PET_NODE_RANK (training-operator >= v1.7.0), which TrainJob's
+        # adapter recognises: the order puts pytorchjob first. Every other example is
+        # recognised by one adapter.
         expected = [name, "trainjob"] if name == "pytorchjob" else [name]
         assert found == expected, (name, found)
         assert schedulers.detect(env)[0] == name
