@@ -79,3 +79,18 @@ def launcher_command(command: List[str]) -> Optional[str]:
             any(command[2] in unit.modules for unit in units):
         return "%s -m %s" % (program, command[2])
     return None
+
+
+def command_unit(command: List[str]) -> Optional[str]:
+    """The unit whose own program the command starts (``torchrun ...``: torchrun; ``python3 -m
+    torch.distributed.launch ...``: that unit), or None (``srun``, ``horovodrun``, a program)."""
+    if not command:
+        return None
+    program = os.path.basename(command[0])
+    for unit in UNITS.values():
+        if program in unit.programs:
+            return unit.name
+        if program.startswith("python") and len(command) > 2 and command[1] == "-m" and \
+                command[2] in unit.modules:
+            return unit.name
+    return None

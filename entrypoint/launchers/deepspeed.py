@@ -4,8 +4,14 @@ Main node only: ``deepspeed --hostfile <file> --launcher <pdsh|openmpi> --master
 --master_port <port> [--launcher_args ...] <program>``; pdsh when installed, else openmpi, or
 ``MNP_DEEPSPEED_LAUNCHER``. The exported variables reach every node through ``DS_ENV_FILE``
 (DeepSpeed >= 0.10.1), else ``~/.deepspeed_env``.
+
+Where a scheduler names the hosts (an MPIJob launcher: the operator's hostfile; a Slurm batch
+script: the allocation) the entrypoint writes no Open MPI hostfile, and DeepSpeed without
+``--hostfile`` reads ``/job/hostfile``, finds none and trains on this node alone. So the unit writes
+DeepSpeed's own hostfile (``host slots=N``) from the scheduler's hosts as a plan file and passes it.
 """
 
+import os
 import re
 import shlex
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -27,6 +33,10 @@ SOURCE = ("https://github.com/deepspeedai/DeepSpeed/pull/4006 (DS_ENV_FILE, merg
 # (unquoted before DeepSpeed PR #5878, double-quoted after): only values that need no quoting in
 # either form go through the file; the plan names the others.
 SAFE_VALUE = re.compile(r"^[A-Za-z0-9_@%+=:,./^-]*$")
+HOSTFILE = "deepspeed_hostfile"  # under MNP_STATE_DIR, where the scheduler names the hosts
+# DeepSpeed's runner reads this path when no --hostfile is given (deepspeed/launcher/runner.py,
+# DLTS_HOSTFILE): under a scheduler it does not exist, and the job runs on one node.
+DEFAULT_HOSTFILE = "/job/hostfile"
 
 
 class DeepSpeed(Unit):
@@ -58,12 +68,13 @@ class DeepSpeed(Unit):
             # none can clash with the two the runner puts on its own
             args = (["--allow-run-as-root"] if facts.is_root else []) + args
         _env_file(launch, request)
+        hostfile = _scheduler_hostfile(launch, request) or request.hostfile
         prefix = ["deepspeed"] if facts.binaries.get("deepspeed") else [
             "python3", "-m", "deepspeed.launcher.runner"]
-        extra = (single_node_args(facts.versions.get("deepspeed"))
-                 if settings.mode == "single" else [])
+        extra = (no_ssh_check(facts.versions.get("deepspeed"))
+                 if settings.mode == "single" else _operator_ssh(launch, request, chosen))
         address, _port = request.master
-        launch.argv = command_line(prefix, request.command, request.hostfile, chosen, address,
+        launch.argv = command_line(prefix, request.command, hostfile, chosen, address,
                                    settings.master_port, " ".join(shlex.quote(a) for a in args),
                                    extra)
         return launch
@@ -116,6 +127,49 @@ def _env_file(launch: Launch, request: LaunchRequest) -> None:
 
 
 
+def _scheduler_hostfile(launch: Launch, request: LaunchRequest) -> str:
+    """DeepSpeed's hostfile from the scheduler's hosts (the node table) where the entrypoint
+    writes no hostfile of its own, as a plan file; "" where it does (Batch, a single node).
+    Slots: the scheduler's per host where they count processes (the MPI operator's
+    ``slots=<slotsPerWorker>``); where they count Slurm tasks (a batch script's allocation often
+    has one task per node for DeepSpeed) this node's devices, ``MNP_SLOTS_PER_NODE`` or detected:
+    DeepSpeed starts one process per slot."""
+    settings = request.settings
+    if request.hostfile or settings.mode != "launcher":
+        return ""
+    node = settings.node
+    tasks = node is not None and node.slots_are == "tasks"
+    rows = sorted(request.table, key=lambda n: n.index)
+    path = os.path.join(settings.state_dir, HOSTFILE)
+    content = "".join("%s slots=%d\n" % (n.address, request.slots if tasks else n.slots)
+                      for n in rows)
+    source = ("this node's devices (%d), not the scheduler's tasks per node" % request.slots
+              if tasks else "the scheduler's slots per host")
+    launch.files.append({"path": path, "content": content,
+                         "why": "DeepSpeed's hostfile: the scheduler's %d host(s), slots from %s "
+                                "(without it DeepSpeed reads %s and runs on one node)"
+                                % (len(rows), source, DEFAULT_HOSTFILE)})
+    launch.info["hostfile"] = path
+    if any(n.address.startswith("<") for n in rows):
+        launch.notes.append("DeepSpeed's hostfile has placeholders here: the scheduler's host "
+                            "list is read where the job runs")
+    return path
+
+
+def _operator_ssh(launch: Launch, request: LaunchRequest, chosen: str) -> List[str]:
+    """Where the scheduler's launcher reaches its hosts with its own SSH (an MPIJob launcher:
+    the operator's keys, host keys each worker makes at start): pdsh's ssh gets the same options
+    (``PDSH_SSH_ARGS_APPEND``), and the runner's own ``ssh <first host> hostname`` check, which
+    reads none of them, is skipped (``--no_ssh_check``, DeepSpeed >= 0.6.5)."""
+    node = request.settings.node
+    if request.settings.mode != "launcher" or node is None or node.launcher_ssh is None:
+        return []
+    ssh = node.launcher_ssh
+    if chosen == "pdsh" and "PDSH_SSH_ARGS_APPEND" not in request.user_env:
+        launch.environment["PDSH_SSH_ARGS_APPEND"] = (ssh.options, ssh.reason, ssh.source)
+    return no_ssh_check(request.facts.versions.get("deepspeed"))
+
+
 def env_target(deepspeed_version: Optional[str], state_dir: str, home: str,
                user_env: Dict[str, str]) -> Tuple[Optional[str], str]:
     """``(path, via)``: where the exported variables go so DeepSpeed passes them to every node."""
@@ -127,9 +181,10 @@ def env_target(deepspeed_version: Optional[str], state_dir: str, home: str,
         "DS_ENV_FILE)" % (deepspeed_version or "of unknown version")
 
 
-def single_node_args(deepspeed_version: Optional[str]) -> List[str]:
-    """Extra runner arguments for a single-node job: its hostfile lists only this node, which
-    DeepSpeed's runner starts locally, with no SSH, once past its SSH check."""
+def no_ssh_check(deepspeed_version: Optional[str]) -> List[str]:
+    """``--no_ssh_check`` where DeepSpeed has it: a single node's hostfile lists only this node,
+    which the runner starts locally with no SSH once past its check; an MPIJob launcher's ssh
+    needs the operator's options, which the check does not read."""
     if versions.in_range(deepspeed_version, NO_SSH_CHECK_MIN):
         return ["--no_ssh_check"]
     return []

@@ -51,8 +51,14 @@ OFI_NET_NAME = ("https://github.com/aws/aws-ofi-nccl/blob/master/src/nccl_ofi_in
                 "(nvidia_plugin_name_fixup: 'Versions 1.11.0 and prior of the plugin set the "
                 "name to \"AWS Libfabric\"'; later ones report \"Libfabric\" and still accept "
                 "NCCL_NET=\"AWS Libfabric\"), from https://github.com/aws/aws-ofi-nccl/pull/530 "
-                "(merged after the 1.11 release); before it src/compat_v6.c (ncclNetPlugin_v6 "
-                ".name \"AWS Libfabric\"); " + NCCL_DOCS + " 'NCCL_NET'; "
+                "(commit 7c014f0d, merged to master after the 1.11 release). It first ships in "
+                "v1.13.0-aws, the first release from master after it (RELEASENOTES.md "
+                "'v1.13.0-aws (2024-11-18)'): v1.12.0-aws and v1.12.1-aws come from the "
+                "v1.12.x-aws release branch, whose notes list only tuner and bug-fix "
+                "cherry-picks (RELEASENOTES.md 'v1.12.0-aws release notes', 'v1.12.1-aws'; "
+                "https://github.com/aws/aws-ofi-nccl/pull/653), so they still name the network "
+                "\"AWS Libfabric\"; before PR #530, src/compat_v6.c (ncclNetPlugin_v6 .name "
+                "\"AWS Libfabric\"); " + NCCL_DOCS + " 'NCCL_NET'; "
                 "https://github.com/NVIDIA/nccl/issues/959 (silent fall-back to sockets)")
 GLOO_DOCS = ("https://pytorch.org/docs/stable/distributed.html 'Common environment variables' "
              "(GLOO_SOCKET_IFNAME)")
@@ -103,12 +109,12 @@ ROWS = (
     # error at NCCL's init instead of a silent fall-back to its sockets (the preflight checks the
     # same before any rank starts). The name is the plugin's ncclNet ``name`` field.
     Row("NCCL_NET", "Libfabric", {"fabric": "efa", "nccl_node": True,
-                                  "present": "aws-ofi-nccl", "aws-ofi-nccl": ">=1.12.0"},
-        "pin NCCL to the aws-ofi-nccl plugin (its name from 1.12.0 on): no silent fall-back "
+                                  "present": "aws-ofi-nccl", "aws-ofi-nccl": ">=1.13.0"},
+        "pin NCCL to the aws-ofi-nccl plugin (its name from 1.13.0 on): no silent fall-back "
         "to sockets", OFI_NET_NAME),
     Row("NCCL_NET", "AWS Libfabric", {"fabric": "efa", "nccl_node": True,
-                                      "present": "aws-ofi-nccl", "aws-ofi-nccl": "<1.12.0"},
-        "pin NCCL to the aws-ofi-nccl plugin (its name up to 1.11.0, still accepted after): "
+                                      "present": "aws-ofi-nccl", "aws-ofi-nccl": "<1.13.0"},
+        "pin NCCL to the aws-ofi-nccl plugin (its name up to 1.12.x, still accepted after): "
         "no silent fall-back to sockets", OFI_NET_NAME, if_unknown=True),
     # -- NCCL over TCP sockets ----------------------------------------------------------------
     Row("NCCL_SOCKET_NTHREADS", "2", {"fabric": "tcp", "accelerator": "gpu", "nic": "other",

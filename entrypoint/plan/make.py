@@ -77,7 +77,7 @@ def make_plan(cfg, facts, command, user_env, table=None, hostfiles=None):
     if table is None:
         table = roles.table(cfg, facts, count) or placeholder_table(cfg, facts, count)
     _fabric(plan, cfg, facts)
-    plan.preflight = preflight.checks(plan.fabric["kind"], facts)
+    plan.preflight = preflight.checks(plan.fabric["kind"], facts, _runs_ranks(cfg))
     unit = _unit(plan, cfg, facts, count, command)
     need_ssh = cfg.rendezvous and unit.needs_ssh
 
@@ -166,8 +166,15 @@ def _slots(plan, cfg, facts):
     return count
 
 
+def _runs_ranks(cfg):
+    return cfg.node is None or cfg.node.runs_ranks
+
+
 def _fabric(plan, cfg, facts):
     kind, why = decide_fabric(cfg.fabric, facts)
+    if not _runs_ranks(cfg):
+        why, note = _fabric_for_ranks_elsewhere(cfg, kind, why)
+        plan.notes.append(note)
     rdma, rdma_why = fabric.rdma_capable(facts.instance_type, facts.gpu_names)
     if facts.instance_type:
         rdma_why = "%s (from %s)" % (rdma_why, facts.instance_source)
@@ -176,6 +183,18 @@ def _fabric(plan, cfg, facts):
         plan.notes.append(rdma_why)
     if facts.instance_type is None and kind == "efa" and facts.accelerator == "gpu":
         plan.notes.append("instance type unknown: set MNP_INSTANCE_TYPE for the RDMA settings")
+
+
+def _fabric_for_ranks_elsewhere(cfg, kind, why):
+    """``(why, note)`` on a node that runs no ranks: its fabric is the ranks' (its launcher passes
+    the plan's variables to them), which ``MNP_FABRIC`` names; this node's devices say nothing."""
+    if cfg.fabric != "auto":
+        return ("MNP_FABRIC=%s, for the ranks on the other nodes (none runs here)" % kind,
+                "no rank runs on this node (%s): the fabric is planned for the ranks its launcher "
+                "starts elsewhere, and the EFA preflight is theirs" % cfg.node.scheduler)
+    return why, ("MNP_FABRIC=auto decided the fabric from this node, which runs no ranks (%s): "
+                 "set MNP_FABRIC to the ranks' fabric (efa or tcp), since the plan's variables "
+                 "reach every rank" % cfg.node.scheduler)
 
 
 def _unit(plan, cfg, facts, count, command=()):

@@ -35,19 +35,16 @@ def scheduled(cfg: Any) -> bool:
 
 def requested(plan: Any, cfg: Any, count: int, command: List[str] = ()) -> str:
     """The launcher this role runs: ``MNP_LAUNCHER`` where it can work there, else the role's
-    own; what cannot work is a plan problem naming the scheduler's way to do it. Where a
-    scheduler wired the nodes and the command is itself a launcher, the command runs as is
-    (a launcher inside a launcher would nest jobs), with the scheduler's variables left for it."""
+    own; what cannot work is a plan problem naming the scheduler's way to do it. A command that
+    is itself a launcher is ``launcher_command``'s."""
     mode = cfg.mode
+    own = launchers.launcher_command(list(command))
+    if own and mode not in ("rank", "worker"):
+        return launcher_command(plan, cfg, own, list(command))
     if mode == "single":
         return launchers.AS_IS if not cfg.launcher_explicit and count == 1 else cfg.launcher
     if mode in ("main", "child") and cfg.rendezvous:
         return cfg.launcher
-    own = launchers.launcher_command(list(command))
-    if own and not cfg.launcher_explicit and mode not in ("rank", "worker"):
-        plan.notes.append("the command starts %s itself: run as is, with the scheduler's "
-                          "variables (set MNP_LAUNCHER to have the entrypoint launch it)" % own)
-        return launchers.AS_IS
     wanted = cfg.launcher if cfg.launcher_explicit else launchers.ROLE_DEFAULTS.get(
         mode, launchers.EVERY_NODE)
     if mode in ("rank", "worker"):
@@ -55,6 +52,47 @@ def requested(plan: Any, cfg: Any, count: int, command: List[str] = ()) -> str:
         return launchers.AS_IS
     plan.problems.extend(_cannot_work(cfg, wanted))
     return wanted
+
+
+def launcher_command(plan: Any, cfg: Any, own: str, command: List[str]) -> str:
+    """The command starts a launcher itself (``torchrun ...``, ``mpirun ...``, as users copy
+    their command lines). It runs as given where nothing would wrap it: on one node, or where a
+    scheduler wired the nodes and MNP_LAUNCHER is unset (its torchrun reads the scheduler's
+    ``PET_*``, its mpirun the allocation or the operator's hostfile), and with
+    ``MNP_LAUNCHER=none``. Where the entrypoint would start a launcher around it (AWS Batch's
+    default, or MNP_LAUNCHER naming one) it is refused with one line: a launcher inside a
+    launcher nests jobs, and the copied line's own node count, rank, master or hostfile cannot
+    be right on nodes whose addresses only the rendezvous learns."""
+    explicit = cfg.launcher_explicit
+    if explicit and cfg.launcher == launchers.AS_IS:
+        return launchers.AS_IS
+    if not explicit and not (cfg.rendezvous and cfg.mode in ("main", "child")):
+        plan.notes.append("the command starts %s itself: run as is%s (to have the entrypoint "
+                          "launch it, give the program alone and set MNP_LAUNCHER)" % (
+                              own, " on this node" if cfg.mode == "single" else
+                              ", with the scheduler's variables"))
+        return launchers.AS_IS
+    plan.problems.append(_nested(cfg, own, command))
+    return cfg.launcher
+
+
+def _nested(cfg: Any, own: str, command: List[str]) -> str:
+    """The one line for a launcher command the entrypoint would wrap in another launcher."""
+    why = ("MNP_LAUNCHER=%s" % cfg.launcher if cfg.launcher_explicit
+           else "MNP_LAUNCHER's default where the entrypoint wires the nodes")
+    suggest = launchers.command_unit(command) or cfg.launcher
+    as_is = ", or set MNP_LAUNCHER=%s to run the command as is" % launchers.AS_IS
+    if not cfg.rendezvous:
+        as_is += " with the scheduler's variables"
+    elif launchers.UNITS[suggest].reaches_hosts:  # one process on the main node reaches all
+        as_is += (" on the main node, with the job's hostfile and SSH ready (only the variables "
+                  "it passes itself reach the other nodes)")
+    else:  # it would start on the main node alone
+        as_is = ""
+    return ("the command starts %s itself and the entrypoint would start %s around it (%s): "
+            "give the program alone (e.g. -- python3 train.py) with MNP_LAUNCHER=%s and %s's "
+            "own options in MNP_LAUNCHER_ARGS%s" % (own, cfg.launcher, why, suggest, suggest,
+                                                    as_is))
 
 
 def _where(node: Any) -> str:

@@ -7,7 +7,10 @@ https://github.com/aws/aws-ofi-nccl/issues/803). Each node runs the checks after
 before sshd, the rendezvous or the launcher; a failure is one line naming what is missing and
 exit 1. The dry run (``MNP_DRY_RUN``) lists the checks as plan lines and runs none of them.
 
-Checks (``checks``, a pure function of the fabric and the node facts):
+Checks (``checks``, a pure function of the fabric and the node facts), on a node that runs
+ranks: a node that runs none (an MPIJob launcher: the operator runs the ranks on the workers
+unless ``runLauncherAsWorker``; an ``salloc`` shell on a login node) plans the ranks' fabric, whose
+variables its launcher passes to them, but has none of their devices, so their nodes check them:
 
 - ``fi_info -p efa -t FI_EP_RDM`` exits 0 and lists ``provider: efa`` (libfabric finds the EFA
   provider, a device and the reliable-datagram endpoint aws-ofi-nccl opens: the EC2 user guide's
@@ -25,10 +28,10 @@ TIMEOUT = 60.0
 LOAD_SNIPPET = "import ctypes, sys; ctypes.CDLL(sys.argv[1])"
 
 
-def checks(fabric_kind, facts):
+def checks(fabric_kind, facts, runs_ranks=True):
     """``[{"kind", "check", "argv"}]`` for the plan (``kind``: ``provider`` or ``plugin``);
-    ``argv`` ``None`` means the check fails as it stands."""
-    if fabric_kind != "efa":
+    ``argv`` ``None`` means the check fails as it stands. None where no rank runs here."""
+    if fabric_kind != "efa" or not runs_ranks:
         return []
     fi_info = facts.binaries.get("fi_info") or "fi_info"
     out = [{"kind": "provider", "check": "fi_info -p efa -t FI_EP_RDM lists the efa provider",

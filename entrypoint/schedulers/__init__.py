@@ -2,10 +2,17 @@
 node table that scheduler gives it. ``choose(env)`` picks one; ``plan`` uses its ``NodeTable``.
 
 Each module has ``NAME``, ``SOURCE`` (where its variables are documented), ``detect(env)`` (the
-variable it recognised itself from, or None), ``table(env)`` (its ``NodeTable``; a bad value
-is one ``ConfigError`` line naming the variable) and ``example(num_nodes, node_rank)`` (what
-that scheduler gives such a process, for ``invoke explain --scheduler``). ``MNP_SCHEDULER``
-names one and skips detection.
+variable it recognised itself from, or None), ``trust(env)`` (how surely that variable names who
+started this process, with why: ``base.LAUNCHED``, ``STARTED`` or ``EXPORTED``), ``SIGNALS`` (its
+variables, to name the ones left unused), ``table(env)`` (its ``NodeTable``; a bad value is one
+``ConfigError`` line naming the variable) and ``example(num_nodes, node_rank)`` (what that
+scheduler gives such a process, for ``invoke explain --scheduler``). ``MNP_SCHEDULER`` names one
+and skips detection.
+
+When several adapters recognise themselves, the surest wins: the scheduler that started the
+process over names a job script could have exported (a Slurm step whose sbatch script exported
+``MASTER_ADDR``/``RANK``/``WORLD_SIZE`` stays a Slurm job); ``ORDER`` decides between equals.
+The table's ``ignored`` names every other adapter's variables and why they were not used.
 
 - ``rank``: a launcher already made this process a rank (OMPI_COMM_WORLD_RANK, PMIX_RANK,
   PMI_RANK, LOCAL_RANK): run the command.
@@ -19,21 +26,21 @@ names one and skips detection.
 """
 
 import difflib
-from typing import Mapping, Optional, Tuple
+from typing import Any, List, Mapping, Optional, Tuple
 
 from ..core.errors import ConfigError
 from . import batch, mpijob, pytorchjob, rank, single, slurm, trainjob
 from .base import NodeTable, get
 
-# Detection order, most specific first. ``rank`` leads: its variables exist only inside a
-# launched job, and every scheduler's variables are inherited by the ranks it starts (an
-# ``srun --mpi=pmix`` task also has SLURM_*, a torchrun worker in a PyTorchJob also has PET_*).
-# ``batch`` next: the AWS_BATCH_ prefix is reserved, nothing else sets it. The Kubeflow kinds
-# before Slurm, because a pod can inherit nothing from Slurm but a Slurm task could carry a
-# user's MASTER_ADDR/RANK; ``mpijob`` (its own K_MPI_JOB_ROLE) before the torchrun kinds, and
-# ``pytorchjob`` before ``trainjob`` because release 1.9 PyTorchJobs set PET_NODE_RANK too (a
-# TrainJob never sets RANK/MASTER_ADDR/WORLD_SIZE or PET_RDZV_ENDPOINT). ``single`` is the
-# fallback and detects nothing.
+# Detection order between equally sure adapters (``trust``), most specific first. ``rank`` leads:
+# a launcher's per-process variables exist only inside a launched job, and every scheduler's
+# variables are inherited by the ranks it starts (an ``srun --mpi=pmix`` task also has SLURM_*, a
+# torchrun worker in a PyTorchJob also has PET_*). ``batch`` next: the AWS_BATCH_ prefix is
+# reserved. ``mpijob`` (its own K_MPI_JOB_ROLE) before the torchrun kinds, and ``pytorchjob``
+# before ``trainjob`` because PyTorchJobs set PET_NODE_RANK too from training-operator v1.7.0 (a
+# TrainJob never sets RANK/MASTER_ADDR/WORLD_SIZE or PET_RDZV_ENDPOINT). ``slurm`` outranks the
+# Kubeflow kinds by trust, not by place: a pod has no SLURM_*, while a Slurm task may carry a
+# script's MASTER_ADDR/RANK. ``single`` is the fallback and detects nothing.
 ORDER = (rank, batch, mpijob, pytorchjob, trainjob, slurm, single)
 NAMES = tuple(m.NAME for m in ORDER)
 MODULES = dict((m.NAME, m) for m in ORDER)
@@ -46,13 +53,27 @@ AUTO = "auto"
 __all__ = ["NAMES", "NodeTable", "ORDER", "SOURCES", "choose", "detect", "forced"]
 
 
+def candidates(env: Mapping[str, str]) -> List[Tuple[Any, str]]:
+    """``[(adapter module, the variable it recognised itself from)]`` in ``ORDER``."""
+    found = []
+    for module in ORDER:
+        variable = module.detect(env)
+        if variable:
+            found.append((module, variable))
+    return found
+
+
+def _best(env: Mapping[str, str], found: List[Tuple[Any, str]]) -> Tuple[Any, str]:
+    return min(found, key=lambda pair: (pair[0].trust(env)[0], ORDER.index(pair[0])))
+
+
 def detect(env: Mapping[str, str]) -> Tuple[str, Optional[str]]:
     """``(scheduler name, the variable it was detected from)``; ``("single", None)`` when none."""
-    for module in ORDER:
-        found = module.detect(env)
-        if found:
-            return module.NAME, found
-    return single.NAME, None
+    found = candidates(env)
+    if not found:
+        return single.NAME, None
+    module, variable = _best(env, found)
+    return module.NAME, variable
 
 
 def forced(env: Mapping[str, str]) -> Optional[str]:
@@ -69,13 +90,49 @@ def forced(env: Mapping[str, str]) -> Optional[str]:
     raise ConfigError(VARIABLE, "%r is not one of %s%s" % (raw, ", ".join(NAMES + (AUTO,)), hint))
 
 
+def _present(env: Mapping[str, str], module: Any) -> List[str]:
+    return [name for name in module.SIGNALS if get(env, name) is not None]
+
+
+def _ignored(env: Mapping[str, str], found: List[Tuple[Any, str]], chosen: Any,
+             variable: str) -> List[str]:
+    """One line per other adapter whose variables are present: which, and why not used. An
+    adapter whose variables were all named already (a PyTorchJob's PET_NODE_RANK, which
+    TrainJob's adapter also reads) adds no line: they are one scheduler's, not another's."""
+    named = set(_present(env, chosen))
+    tier, why = chosen.trust(env)
+    lines = []
+    for module, _found in found:
+        names = _present(env, module)
+        if module is chosen or set(names) <= named:
+            continue
+        named.update(names)
+        their_tier, their_why = module.trust(env)
+        line = "%s's %s (%s); " % (module.NAME, ", ".join(names), their_why)
+        if variable == VARIABLE:
+            line += "%s=%s decides" % (VARIABLE, chosen.NAME)
+        else:
+            line += "%s's %s wins: %s" % (chosen.NAME, variable, why)
+            if their_tier == tier:
+                line += " (as sure: first in the detection order; set %s to choose)" % VARIABLE
+        lines.append(line)
+    return lines
+
+
 def choose(env: Mapping[str, str]) -> NodeTable:
     """This process's ``NodeTable``: from the scheduler ``MNP_SCHEDULER`` names, else from the
-    first of ``ORDER`` that detects itself. Raises ``ConfigError``."""
+    surest adapter that detects itself (``trust``, then ``ORDER``); every other adapter's
+    variables are listed in its ``ignored``. Raises ``ConfigError``."""
     name = forced(env)
+    found = candidates(env)
     if name is not None:
         table = MODULES[name].table(env)
         table.detected_from = "%s=%s" % (VARIABLE, name)
+        table.ignored = _ignored(env, found, MODULES[name], VARIABLE)
         return table
-    name, _found = detect(env)
-    return MODULES[name].table(env)
+    if not found:
+        return single.table(env)
+    module, variable = _best(env, found)
+    table = module.table(env)
+    table.ignored = _ignored(env, found, module, variable)
+    return table

@@ -5,8 +5,9 @@ which variable, this node's role and rank, the node count, the main node's addre
 and slots when the scheduler names them, whether the entrypoint must wire the nodes itself
 (``rendezvous``: only AWS Batch, whose nodes learn nothing but the main node's address), the
 typed facts the plan reads (``master_port``, ``rank``, ``elastic``, ``slots_are``,
-``nproc_word``, ``launcher_ssh``, ``other_ways``, ``problems``) and, for the dry run only, the same and more
-as display text in ``extra`` (nothing parses ``extra`` back).
+``nproc_word``, ``launcher_ssh``, ``other_ways``, ``problems``, ``runs_ranks``), the other
+schedulers' variables detection ``ignored`` (with why) and, for the dry run only, the same
+and more as display text in ``extra`` (nothing parses ``extra`` back).
 
 Roles: ``single`` (one node: launch here for this node), ``main`` / ``child`` (node rank 0 or
 Batch's main node / any other node of a multi-node job), ``peer`` (one of equal nodes whose
@@ -24,6 +25,10 @@ from ..core.limits import MAX_NODES, MAX_SLOTS  # noqa: F401 (the adapters impor
 
 ROLES = ("single", "main", "child", "peer", "launcher", "worker", "rank")
 SHOWN_HOSTS = 8  # the dry run names this many hosts, then counts the rest
+# How surely a detected variable names who started this process (``trust``; lower wins):
+LAUNCHED = 0  # a launcher set it for the one process it started (this process is a rank)
+STARTED = 1  # only the scheduler that started this process sets it (reserved names, daemons)
+EXPORTED = 2  # names job scripts and tools export too (sbatch recipes, enroot's PyTorch hook)
 
 
 class Elastic(object):
@@ -54,7 +59,7 @@ class NodeTable(object):
     """One process's view of its job, as a scheduler describes it. Plain attributes."""
 
     FIELDS = ("scheduler", "detected_from", "role", "node_rank", "num_nodes", "main_rank",
-              "main_address", "hosts", "slots", "rendezvous", "extra")
+              "main_address", "hosts", "slots", "rendezvous", "extra", "ignored", "runs_ranks")
 
     def __init__(self, scheduler: str, detected_from: Optional[str], role: str,
                  node_rank: Optional[int] = 0, num_nodes: Optional[int] = 1,
@@ -64,7 +69,8 @@ class NodeTable(object):
                  master_port: Optional[int] = None, rank: Optional[int] = None,
                  elastic: Optional[Elastic] = None, slots_are: Optional[str] = None,
                  launcher_ssh: Optional[LauncherSsh] = None, other_ways: str = "",
-                 nproc_word: Optional[str] = None, problems: Optional[List[str]] = None) -> None:
+                 nproc_word: Optional[str] = None, problems: Optional[List[str]] = None,
+                 runs_ranks: bool = True) -> None:
         if role not in ROLES:
             raise ValueError("unknown role %r" % role)
         self.scheduler = scheduler
@@ -92,6 +98,12 @@ class NodeTable(object):
         self.problems = list(problems or [])
         self.launcher_ssh = launcher_ssh  # the SSH a launcher role must use, if the scheduler has one
         self.other_ways = other_ways  # this scheduler's own ways to start ranks, for a problem line
+        # False where no rank runs on this node (an MPIJob launcher, an salloc shell on a login
+        # node): the plan is still made for the ranks elsewhere (a launcher's variables reach
+        # them), but this node's devices are not theirs, so the device preflight is theirs too
+        self.runs_ranks = runs_ranks
+        # other schedulers' variables that were present but not used, each with why (``choose``)
+        self.ignored = []  # type: List[str]
 
     def to_dict(self) -> Dict[str, Any]:
         return dict((name, getattr(self, name)) for name in self.FIELDS)
@@ -109,7 +121,9 @@ class NodeTable(object):
         """The dry run's lines: scheduler and source, role, nodes, who wires them, extras."""
         source = ("detected from %s" % self.detected_from if self.detected_from
                   else "no scheduler variables")
-        out = ["scheduler: %s (%s)" % (self.scheduler, source), "role: %s" % self._role_text()]
+        out = ["scheduler: %s (%s)" % (self.scheduler, source)]
+        out.extend("ignored: %s" % line for line in self.ignored)
+        out.append("role: %s" % self._role_text())
         if self.main_address:
             out.append("main node: %s" % self.main_address)
         if self.hosts is not None:

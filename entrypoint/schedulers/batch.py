@@ -8,10 +8,10 @@ an error; ``AWS_BATCH_JOB_NUM_NODES=1`` is a single node.
 """
 
 import ipaddress
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Tuple
 
 from ..core.errors import ConfigError
-from .base import MAX_NODES, NodeTable, below, first, get, integer
+from .base import MAX_NODES, STARTED, NodeTable, below, first, get, integer
 
 NAME = "batch"
 SOURCE = ("https://docs.aws.amazon.com/batch/latest/userguide/job_env_vars.html (Batch "
@@ -19,10 +19,15 @@ SOURCE = ("https://docs.aws.amazon.com/batch/latest/userguide/job_env_vars.html 
           "multi-node-parallel-jobs.html")
 VARIABLES = ("AWS_BATCH_JOB_NODE_INDEX", "AWS_BATCH_JOB_MAIN_NODE_INDEX", "AWS_BATCH_JOB_NUM_NODES")
 ADDRESS = "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"
+SIGNALS = VARIABLES + (ADDRESS,)
 
 
 def detect(env: Mapping[str, str]) -> Optional[str]:
     return first(env, *VARIABLES)
+
+
+def trust(env: Mapping[str, str]) -> Tuple[int, str]:
+    return STARTED, "the AWS_BATCH_ prefix is reserved to AWS Batch"
 
 
 def table(env: Mapping[str, str]) -> NodeTable:

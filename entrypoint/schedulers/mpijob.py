@@ -1,7 +1,12 @@
 """Kubeflow MPIJob v2beta1 (mpi-operator): a launcher pod runs mpirun over SSH to worker pods.
 
-Both roles get ``K_MPI_JOB_ROLE`` (``launcher`` or ``worker``) and the ConfigMap at ``/etc/mpi``.
-The launcher of an Open MPI job gets ``OMPI_MCA_orte_default_hostfile=/etc/mpi/hostfile`` (one
+Both roles get ``K_MPI_JOB_ROLE`` (``launcher`` or ``worker``); only the launcher gets the
+ConfigMap at ``/etc/mpi`` (``newLauncherPodTemplate`` mounts it; a worker pod has no hostfile and
+needs none: the launcher's mpirun reaches it over SSH). The launcher runs no ranks unless the
+job sets ``runLauncherAsWorker``, which lists it first in the hostfile; it plans for the ranks
+(mpirun passes its variables to them) but does not check the devices on itself
+(``runs_ranks``). The launcher of an Open MPI job gets
+``OMPI_MCA_orte_default_hostfile=/etc/mpi/hostfile`` (one
 ``<job>-worker-<i>.<job>.<ns>.svc slots=N`` line per worker), ``OMPI_MCA_orte_keep_fqdn_hostnames``,
 ``OMPI_MCA_plm_rsh_args`` and ``OMPI_MCA_orte_set_default_slots``; Intel MPI's launcher gets
 ``I_MPI_HYDRA_HOST_FILE`` and MPICH's ``HYDRA_HOST_FILE`` (lines ``host:N``). SSH keys are a Secret
@@ -14,7 +19,7 @@ import re
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ..core.errors import ConfigError
-from .base import MAX_NODES, MAX_SLOTS, LauncherSsh, NodeTable, first, get
+from .base import MAX_NODES, MAX_SLOTS, STARTED, LauncherSsh, NodeTable, first, get
 
 NAME = "mpijob"
 SOURCE = ("https://github.com/kubeflow/mpi-operator/blob/master/pkg/controller/"
@@ -22,6 +27,7 @@ SOURCE = ("https://github.com/kubeflow/mpi-operator/blob/master/pkg/controller/"
 ROLE = "K_MPI_JOB_ROLE"
 HOSTFILES = ("OMPI_MCA_orte_default_hostfile", "I_MPI_HYDRA_HOST_FILE", "HYDRA_HOST_FILE")
 DEFAULT_HOSTFILE = "/etc/mpi/hostfile"
+SIGNALS = (ROLE,)
 MAX_HOSTFILE_BYTES = 4 * 1024 * 1024
 HOST_LABEL_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 # The launcher's ssh: the operator's OMPI_MCA_plm_rsh_args plus no host key checking, since every
@@ -35,6 +41,10 @@ LAUNCHER_SSH = LauncherSsh(
 
 def detect(env: Mapping[str, str]) -> Optional[str]:
     return first(env, ROLE)
+
+
+def trust(env: Mapping[str, str]) -> Tuple[int, str]:
+    return STARTED, "the MPI operator sets it on the launcher and worker pods it makes"
 
 
 def table(env: Mapping[str, str]) -> NodeTable:
@@ -51,9 +61,11 @@ def table(env: Mapping[str, str]) -> NodeTable:
     if hosts is None:
         extra["hostfile"] += ": not there"
         return NodeTable(NAME, ROLE, "launcher", node_rank=None, num_nodes=None, extra=extra,
-                         launcher_ssh=LAUNCHER_SSH, problems=[_no_hostfile(name, path)])
+                         launcher_ssh=LAUNCHER_SSH, problems=[_no_hostfile(name, path)],
+                         runs_ranks=False)
     return NodeTable(NAME, ROLE, "launcher", node_rank=None, num_nodes=len(hosts), hosts=hosts,
-                     slots=slots, extra=extra, launcher_ssh=LAUNCHER_SSH)
+                     slots=slots, extra=extra, launcher_ssh=LAUNCHER_SSH,
+                     runs_ranks=launcher_is_worker(env, hosts))
 
 
 def _no_hostfile(name: Optional[str], path: str) -> str:
@@ -142,6 +154,13 @@ def valid_host(host: str) -> bool:
     if not name or len(name) > 253 or not all(HOST_LABEL_RE.match(x) for x in name.split(".")):
         return False
     return not name.split(".")[-1].isdigit()
+
+
+def launcher_is_worker(env: Mapping[str, str], hosts: List[str]) -> bool:
+    """True when the hostfile lists this pod (``runLauncherAsWorker``: the launcher first, as
+    ``<job>-launcher.<job>...``): Kubernetes sets ``HOSTNAME`` to the pod's hostname."""
+    me = get(env, "HOSTNAME")
+    return bool(me) and any(host.split(".", 1)[0] == me for host in hosts)
 
 
 def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:

@@ -2,22 +2,28 @@
 
 Static (a Master replica): every pod gets ``MASTER_ADDR``/``PET_MASTER_ADDR=<job>-master-0``,
 ``MASTER_PORT``/``PET_MASTER_PORT`` (default 23456), ``WORLD_SIZE``, ``RANK`` (the pod's node
-rank: Master 0, Worker i is i+1; ``PET_NODE_RANK`` too from release 1.9), ``PET_NNODES`` and
-``PET_NPROC_PER_NODE``. Elastic (an ``elasticPolicy``): ``PET_RDZV_ENDPOINT``
-(``<job>-worker-0:<port>`` or the policy's host), ``PET_RDZV_BACKEND`` (default ``c10d``),
+rank: Master 0, Worker i is i+1), and from training-operator v1.7.0 ``PET_NODE_RANK``,
+``PET_NNODES`` and ``PET_NPROC_PER_NODE`` (kubeflow/training-operator PR #1840 "Set correct ENV
+for PytorchJob to support torchrun", CHANGELOG.md section "v1.7.0-rc.0", New Features); older
+operators give only ``RANK``/``WORLD_SIZE``/``MASTER_*``, which the adapter reads then.
+Elastic (an ``elasticPolicy``): ``PET_RDZV_ENDPOINT`` (``<job>-worker-0:<port>`` or the policy's
+host), ``PET_RDZV_BACKEND`` (default ``c10d``),
 ``PET_NNODES=MIN:MAX``, ``PET_RDZV_ID``, ``PET_MAX_RESTARTS``; node ranks come from the
 rendezvous. Kubernetes DNS names the pods, so the entrypoint wires nothing.
 """
 
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Tuple
 
-from .base import Elastic, NodeTable, below, first, get, integer
+from .base import EXPORTED, Elastic, NodeTable, below, first, get, integer
 from .torchenv import endpoint, nnodes, nproc_word, slots
 
 NAME = "pytorchjob"
 SOURCE = ("https://github.com/kubeflow/training-operator/blob/release-1.9/pkg/controller.v1/"
           "pytorch/envvar.go, master.go, elastic.go")
 STATIC = ("MASTER_ADDR", "RANK", "WORLD_SIZE")
+SIGNALS = STATIC + ("MASTER_PORT", "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_NODE_RANK",
+                    "PET_NNODES", "PET_NPROC_PER_NODE", "PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND",
+                    "PET_RDZV_ID", "PET_MAX_RESTARTS")
 DEFAULT_BACKEND = "c10d"  # what the entrypoint passes when PET_RDZV_BACKEND is unset
 
 
@@ -27,6 +33,11 @@ def detect(env: Mapping[str, str]) -> Optional[str]:
     if all(get(env, name) for name in STATIC):
         return first(env, "PET_MASTER_ADDR", "MASTER_ADDR")
     return None
+
+
+def trust(env: Mapping[str, str]) -> Tuple[int, str]:
+    return EXPORTED, ("job scripts export these names too: sbatch recipes, and enroot's PyTorch "
+                      "hook in every Slurm task")
 
 
 def table(env: Mapping[str, str]) -> NodeTable:

@@ -11,14 +11,17 @@ another launcher here would nest a job in every rank. The variable names which l
   PyTorchJob sets ``RANK`` per pod but never ``LOCAL_RANK``).
 """
 
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Tuple
 
-from .base import NodeTable, below, first, get, integer
+from . import slurm
+from .base import EXPORTED, LAUNCHED, NodeTable, below, first, get, integer
 
 NAME = "rank"
 SOURCE = ("https://docs.open-mpi.org/en/v5.0.x/tuning-apps/environment-var.html; "
           "https://slurm.schedmd.com/mpi_guide.html (PMIx); "
-          "https://pytorch.org/docs/stable/elastic/run.html#environment-variables")
+          "https://pytorch.org/docs/stable/elastic/run.html#environment-variables (LOCAL_RANK, "
+          "TORCHELASTIC_RUN_ID); NVIDIA/enroot conf/hooks/extra/50-slurm-pytorch.sh (exports "
+          "LOCAL_RANK=SLURM_LOCALID)")
 # variable -> (who set it, the world size variable, the local rank variable)
 LAUNCHERS = (
     ("OMPI_COMM_WORLD_RANK", "Open MPI mpirun", "OMPI_COMM_WORLD_SIZE",
@@ -27,10 +30,33 @@ LAUNCHERS = (
     ("PMI_RANK", "a PMI server (MPICH/Intel MPI hydra or srun --mpi=pmi2)", "PMI_SIZE", None),
     ("LOCAL_RANK", "torchrun, torch.distributed.launch or deepspeed", "WORLD_SIZE", None),
 )
+SIGNALS = tuple(row[0] for row in LAUNCHERS)
+# torchrun (torch.distributed.run, PyTorch >= 1.9) sets it for every worker it starts; a script
+# that exports LOCAL_RANK itself (enroot's PyTorch hook, sbatch recipes) does not.
+TORCHRUN_MARK = "TORCHELASTIC_RUN_ID"
 
 
 def detect(env: Mapping[str, str]) -> Optional[str]:
     return first(env, *(row[0] for row in LAUNCHERS))
+
+
+def trust(env: Mapping[str, str]) -> Tuple[int, str]:
+    """The launcher variables are set only for the processes a launcher starts. ``LOCAL_RANK``
+    is also what job scripts export: it proves a launcher only with torchrun's own mark, or
+    where a Slurm step runs several tasks on this node and it is this task's ``SLURM_LOCALID``
+    (srun started each task as one rank; enroot's PyTorch hook exports it so)."""
+    name = detect(env) or LAUNCHERS[0][0]
+    if name != "LOCAL_RANK":
+        row = [r for r in LAUNCHERS if r[0] == name][0]
+        return LAUNCHED, "%s sets it for each process it starts" % row[1]
+    if get(env, TORCHRUN_MARK):
+        return LAUNCHED, "torchrun sets it with %s for each worker it starts" % TORCHRUN_MARK
+    tasks = slurm.tasks_here(env)
+    if tasks is not None and tasks > 1 and get(env, name) == get(env, "SLURM_LOCALID"):
+        return LAUNCHED, ("it is this task's SLURM_LOCALID and the Slurm step runs %d tasks on "
+                          "this node: each task is one rank" % tasks)
+    return EXPORTED, ("without %s a job script can export it too, as enroot's PyTorch hook does "
+                      "in every Slurm task" % TORCHRUN_MARK)
 
 
 def table(env: Mapping[str, str]) -> NodeTable:

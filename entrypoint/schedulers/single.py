@@ -1,15 +1,20 @@
 """A single node: no scheduler variables (a workstation, a plain Batch or Kubernetes job)."""
 
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Tuple
 
-from .base import NodeTable
+from .base import EXPORTED, NodeTable
 
 NAME = "single"
 SOURCE = "no scheduler variables: this node runs the whole job"
+SIGNALS = ()  # type: Tuple[str, ...]
 
 
 def detect(env: Mapping[str, str]) -> Optional[str]:
     return None  # the fallback: chosen when no other adapter detects itself
+
+
+def trust(env: Mapping[str, str]) -> Tuple[int, str]:
+    return EXPORTED, "no scheduler variables"
 
 
 def table(env: Mapping[str, str]) -> NodeTable:

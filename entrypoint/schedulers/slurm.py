@@ -10,11 +10,11 @@ launcher (Open MPI's mpirun reads the allocation and starts its daemons through 
 Slurm wires the nodes itself; the main node is the first host of the list (``nodelist``).
 """
 
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from ..core.errors import ConfigError
 from . import nodelist
-from .base import MAX_NODES, NodeTable, below, first, get, integer, optional_integer
+from .base import MAX_NODES, STARTED, NodeTable, below, first, get, integer, optional_integer
 
 NAME = "slurm"
 # Slurm's own ways to start ranks without SSH between the nodes, for a plan's problem line.
@@ -27,10 +27,31 @@ STEP_VARIABLES = ("SLURM_STEP_ID", "SLURM_STEPID")
 NODELIST = (("SLURM_STEP_NODELIST",), ("SLURM_JOB_NODELIST", "SLURM_NODELIST"))
 NUM_NODES = (("SLURM_STEP_NUM_NODES",), ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"))
 TASKS = (("SLURM_STEP_TASKS_PER_NODE",), ("SLURM_TASKS_PER_NODE",))
+SIGNALS = JOB_VARIABLES + STEP_VARIABLES + ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
+                                            "SLURM_NODEID", "SLURM_PROCID")
 
 
 def detect(env: Mapping[str, str]) -> Optional[str]:
     return first(env, *JOB_VARIABLES)
+
+
+def trust(env: Mapping[str, str]) -> Tuple[int, str]:
+    """slurmd and slurmstepd set SLURM_* for the batch script and for every task of a step; a
+    Kubernetes pod or a Batch container has none of them unless someone copies them in."""
+    return STARTED, "Slurm sets SLURM_* for the batch script and every task it starts; a pod has none"
+
+
+def tasks_here(env: Mapping[str, str]) -> Optional[int]:
+    """The step's tasks on this node (``SLURM_STEP_TASKS_PER_NODE`` at ``SLURM_NODEID``), or None
+    outside a step or when a value is unreadable (``table`` names it then)."""
+    raw, node = get(env, TASKS[0][0]), get(env, "SLURM_NODEID")
+    if not first(env, *STEP_VARIABLES) or raw is None or node is None or not node.isdigit():
+        return None
+    try:
+        counts = nodelist.expand_counts(raw)
+    except ValueError:
+        return None
+    return counts[int(node)] if int(node) < len(counts) else None
 
 
 def _pick(env: Mapping[str, str], names, step: bool) -> Optional[str]:
@@ -117,7 +138,8 @@ def table(env: Mapping[str, str]) -> NodeTable:
         rank = optional_integer(env, "SLURM_NODEID")
         if rank is not None:
             _check_rank(env, rank, step, len(hosts))
-        return NodeTable(NAME, detected, "launcher", node_rank=rank, **common)
+        return NodeTable(NAME, detected, "launcher", node_rank=rank, runs_ranks=rank is not None,
+                         **common)
     rank = integer(env, "SLURM_NODEID")
     _check_rank(env, rank, step, len(hosts))
     role = "single" if len(hosts) == 1 else ("main" if rank == 0 else "child")

@@ -4,23 +4,43 @@ The ``node`` container gets ``PET_NNODES``, ``PET_NPROC_PER_NODE`` (a number, or
 ``PET_NODE_RANK`` (the Indexed Job's completion index) and, unless the trainer is torchtune,
 ``PET_MASTER_ADDR=<trainjob>-node-0-0.<trainjob>`` and ``PET_MASTER_PORT=29500``. Unlike a
 PyTorchJob there is no ``RANK``/``MASTER_ADDR``/``WORLD_SIZE``. DNS names the pods.
+
+The plugin's ``EnforceMLPolicy`` (``pkg/runtime/framework/plugins/torch/torch.go``, kubeflow/trainer
+v2 module) sets ``PET_NNODES``, ``PET_NPROC_PER_NODE`` and ``PET_NODE_RANK`` in one call, then
+``PET_MASTER_ADDR`` and ``PET_MASTER_PORT`` in the branch ``if !slices.Equal(trainJob.Spec.Trainer.
+Command, constants.TorchTuneEntrypoint)`` ("Add PET_MASTER_ADDR and PET_MASTER_PORT envs for
+torchrun", lines 184-193 of the stored version); a torchtune trainer (``tune run``) gets
+``--rdzv_endpoint=<trainjob>-node-0-0.<trainjob>:29500`` on its command instead, and its command
+replaces the image's ENTRYPOINT. So a multi-node TrainJob node without ``PET_MASTER_ADDR`` is not
+what the plugin makes for torchrun: one ``ConfigError`` naming it, not a guessed master.
 """
 
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Tuple
 
 from ..core.errors import ConfigError
-from .base import NodeTable, below, get, integer
+from .base import EXPORTED, NodeTable, below, get, integer
 from .torchenv import endpoint, nnodes, nproc_word, slots
 
 NAME = "trainjob"
 SOURCE = ("https://github.com/kubeflow/trainer/blob/master/pkg/runtime/framework/plugins/torch/"
-          "torch.go; pkg/constants/constants.go (TorchEnv*)")
+          "torch.go (EnforceMLPolicy); pkg/constants/constants.go (TorchEnv*); "
+          "https://github.com/kubeflow/trainer/pull/2587 (torchtune: a rendezvous endpoint on the "
+          "command instead of PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT)")
+MASTER = "PET_MASTER_ADDR"
+
+
+SIGNALS = ("PET_NODE_RANK", "PET_NNODES", "PET_NPROC_PER_NODE", "PET_MASTER_ADDR",
+           "PET_MASTER_PORT")
 
 
 def detect(env: Mapping[str, str]) -> Optional[str]:
     if get(env, "PET_NODE_RANK") and get(env, "PET_NNODES"):
         return "PET_NODE_RANK"
     return None
+
+
+def trust(env: Mapping[str, str]) -> Tuple[int, str]:
+    return EXPORTED, "job scripts can export PET_* too: torchrun reads its options from them"
 
 
 def table(env: Mapping[str, str]) -> NodeTable:
@@ -34,8 +54,14 @@ def table(env: Mapping[str, str]) -> NodeTable:
     below("PET_NODE_RANK", rank, "PET_NNODES", num)
     per_node, extra = slots(env, num)
     host, port = None, None
-    if get(env, "PET_MASTER_ADDR"):
-        host, port = endpoint(env, "PET_MASTER_ADDR")
+    if num > 1 and not get(env, MASTER):
+        raise ConfigError(MASTER, "is not set, but PET_NODE_RANK=%d and PET_NNODES=%d are: the "
+                          "Trainer's torch plugin sets it for torchrun (<trainjob>-node-0-0."
+                          "<trainjob>) and leaves it out only for torchtune, whose tune run gets "
+                          "--rdzv_endpoint instead; without it no node can find node 0"
+                          % (rank, num))
+    if get(env, MASTER):
+        host, port = endpoint(env, MASTER)
         if get(env, "PET_MASTER_PORT"):
             port = integer(env, "PET_MASTER_PORT", minimum=1, maximum=65535)
         if port is not None:

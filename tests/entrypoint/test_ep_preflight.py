@@ -12,14 +12,20 @@ import subprocess
 import pytest
 from test_ep_plan import gpu_efa, make, node
 
+from entrypoint import schedulers
 from entrypoint.plan import envtable
+from entrypoint.plan import make as plan
 from entrypoint.probe import preflight
+from entrypoint.settings import config
 
 # -- the NCCL_NET row ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("plugin,expected", [
-    ("1.7.4", "AWS Libfabric"), ("1.11.0", "AWS Libfabric"), ("1.12.0", "Libfabric"),
+    ("1.7.4", "AWS Libfabric"), ("1.11.0", "AWS Libfabric"),
+    # issue 23: the rename (PR #530) first ships in v1.13.0-aws; 1.12.x still says
+    # "AWS Libfabric", and NCCL_NET=Libfabric fails its init ("network Libfabric not found")
+    ("1.12.0", "AWS Libfabric"), ("1.12.1", "AWS Libfabric"), ("1.13.0", "Libfabric"),
     ("1.15.0", "Libfabric"), (None, "AWS Libfabric"),
 ])
 def test_efa_plans_pin_nccl_to_the_plugin_by_its_name(plugin, expected):
@@ -186,3 +192,35 @@ def test_every_row_and_not_set_reason_cites_a_url():
     uncited += [name for name, (_, why) in envtable.NOT_SET_REASONS.items()
                 if "https://" not in why]
     assert uncited == []
+
+
+def launcher_node():
+    """The same image on a node without EFA devices (no vpc.amazonaws.com/efa on the pod)."""
+    return node(slots=1, slots_source="test", efa_devices=[], fi_info_efa=None,
+                versions={"aws-ofi-nccl": "1.13.0", "nccl": "2.23.4"},
+                plugin_path="/opt/aws-ofi-nccl/lib/libnccl-net.so")
+
+
+def test_a_node_that_runs_no_ranks_plans_efa_but_checks_nothing_on_itself():
+    """issue 23: an MPIJob launcher (no EFA device; the operator runs the ranks on the workers)
+    and an salloc shell on a login node. Their plan's variables go to the ranks; the device
+    preflight belongs to the nodes that run them."""
+    slurm_salloc = {k: v for k, v in schedulers.MODULES["slurm"].example(2, 0).items()
+                    if not k.startswith("SLURM_STEP") and k != "SLURM_NODEID"}
+    for env in ({"K_MPI_JOB_ROLE": "launcher"}, slurm_salloc):
+        cfg = config.load(dict(env, MNP_FABRIC="efa"))
+        p = plan.make_plan(cfg, launcher_node(), ["python3", "train.py"], {"PATH": "/bin"})
+        assert (p.fabric["kind"], p.preflight) == ("efa", []), cfg.scheduler
+        assert p.role["node"]["runs_ranks"] is False
+        assert any(n.startswith("no rank runs on this node") for n in p.notes)
+        cfg = config.load(env)  # auto: this node's devices say nothing of the ranks'
+        p = plan.make_plan(cfg, launcher_node(), ["python3", "train.py"], {"PATH": "/bin"})
+        assert any(n.startswith("MNP_FABRIC=auto decided the fabric from this node, which runs "
+                                "no ranks") for n in p.notes)
+    batch_script = schedulers.MODULES["slurm"].example(2, 0)
+    for name in ("SLURM_STEP_ID", "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES",
+                 "SLURM_STEP_TASKS_PER_NODE"):
+        del batch_script[name]
+    cfg = config.load(dict(batch_script, MNP_FABRIC="efa"))  # on node 0, whose ranks it starts
+    p = plan.make_plan(cfg, launcher_node(), ["python3", "train.py"], {"PATH": "/bin"})
+    assert [c["kind"] for c in p.preflight][:1] == ["provider"]

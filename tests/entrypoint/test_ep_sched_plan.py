@@ -193,6 +193,9 @@ def test_a_command_that_is_a_launcher_runs_as_is_with_the_schedulers_variables(c
     assert p.argv[0] == "torchrun"
 
 
-def test_batch_still_launches_whatever_the_command():
+def test_batch_refuses_to_wrap_a_launcher_command_in_its_own():
+    """issue 23: on Batch the entrypoint starts a launcher (mpirun by default) around the command;
+    around `torchrun train.py` that nests jobs, so it is a problem line (tests in
+    test_ep_launcher_command.py)."""
     _, p = make(example("batch", 2, 0, MNP_SECRET="s"), ["torchrun", "train.py"])
-    assert p.launcher["unit"] == "mpirun"
+    assert p.problems and p.problems[0].startswith("the command starts torchrun itself")

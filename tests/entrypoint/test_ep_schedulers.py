@@ -1,6 +1,11 @@
 """Scheduler adapters: each one's node table from the variables its scheduler really sets, the
 detection order, ``MNP_SCHEDULER``, and one-line errors naming the variable."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from entrypoint import schedulers
@@ -312,8 +317,9 @@ def test_each_example_is_detected_by_its_own_adapter():
                 "trainjob": TRAINJOB_NODE1, "mpijob": MPIJOB_LAUNCHER}
     for name, env in examples.items():
         found = [m.NAME for m in schedulers.ORDER if m.detect(env)]
-        # A release-1.9 PyTorchJob also sets PET_NODE_RANK, which TrainJob's adapter recognises:
-        # the order puts pytorchjob first. Every other example is recognised by one adapter.
+        # A PyTorchJob also sets PET_NODE_RANK (training-operator >= v1.7.0), which TrainJob's
+        # adapter recognises: the order puts pytorchjob first. Every other example is
+        # recognised by one adapter.
         expected = [name, "trainjob"] if name == "pytorchjob" else [name]
         assert found == expected, (name, found)
         assert schedulers.detect(env)[0] == name
@@ -371,3 +377,31 @@ def test_each_example_environment_is_recognised_by_its_own_adapter(name, num_nod
         assert (table.node_rank, table.num_nodes) == (node_rank, num_nodes)
         expected = "single" if num_nodes == 1 else ("main" if node_rank == 0 else "child")
         assert table.role == expected
+
+
+def test_a_trainjob_node_without_its_master_address_is_one_line_naming_pet_master_addr():
+    """issue 23: before, the plan put `--master_addr '<node-0>'` on torchrun and exited 0. The
+    torch plugin sets PET_MASTER_ADDR for torchrun whenever it sets PET_NODE_RANK (torch.go
+    EnforceMLPolicy); without it no node can find node 0."""
+    env = {k: v for k, v in TRAINJOB_NODE1.items() if not k.startswith("PET_MASTER_")}
+    with pytest.raises(ConfigError) as info:
+        schedulers.choose(env)
+    message = str(info.value)
+    assert message.startswith("PET_MASTER_ADDR: is not set, but PET_NODE_RANK=1 and "
+                              "PET_NNODES=2 are: the Trainer's torch plugin sets it for torchrun")
+    assert "\n" not in message
+    with pytest.raises(ConfigError, match="^PET_MASTER_ADDR: is not set"):
+        schedulers.choose(dict(env, MNP_SCHEDULER="trainjob"))
+    single_node = dict(env, PET_NNODES="1", PET_NODE_RANK="0")  # nothing to find
+    assert schedulers.choose(single_node).role == "single"
+
+
+def test_the_dry_run_of_a_trainjob_node_without_its_master_stops_with_exit_2():
+    env = {k: v for k, v in TRAINJOB_NODE1.items() if not k.startswith("PET_MASTER_")}
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]), MNP_DRY_RUN="1",
+               **env)
+    proc = subprocess.run([sys.executable, "-m", "entrypoint", "python3", "train.py"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("mnp-entrypoint: error: PET_MASTER_ADDR: is not set")
+    assert len(proc.stderr.strip().splitlines()) == 1
