@@ -4,9 +4,9 @@ Two kinds of check. The script's content (directives, the srun line, the environ
 command word for word) is read back with the shell's own rules. Then the #SBATCH directives are
 submitted with ``sbatch --test-only`` to a real Slurm 22.05 controller (tests/integration's
 cluster, in containers of the cpu-tcp image) whose nodes are configured with the instance's
-CPUs and GPUs: Slurm itself says whether the allocation the script asks for exists. What this
-cannot check: the cluster has no pyxis/enroot (neither is packaged for Debian), so the srun line's
-``--container-*`` options are never executed here; ``--test-only`` does not run the script.
+CPUs and GPUs: Slurm itself says whether the allocation the script asks for exists
+(``--test-only`` does not run the script). The scripts run, srun line included, through the
+pyxis play in tests/integration/test_slurm_pyxis.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from matrix.deploy.mounts import Mount
-from matrix.deploy.sbatch import build_sbatch_script, directives, enroot_image
+from matrix.deploy.sbatch import ENTRYPOINT, build_sbatch_script, directives, enroot_image
 from matrix.errors import UserError
 from matrix.model.instances import get_instance_type
 from matrix.model.loader import load_matrix
@@ -59,17 +59,30 @@ def test_mpirun_layout_one_task_per_gpu_with_pmix():
                                   "--ntasks-per-node": "8", "--gpus-per-node": "8",
                                   "--exclusive": "", "--output": "mnp-cuda11.7-efa-%j.out"}
     words = srun_words(script)
-    assert words[:6] == [
+    env = exports(script)
+    assert words[:7] == [
         "srun", "--mpi=pmix",
         f"--container-image=123456789012.dkr.ecr.us-east-1.amazonaws.com#mnp/cuda:{DIGEST}",
-        "--container-entrypoint", "--container-mounts=/fsx:/fsx,/scratch/ds:/data:ro",
-        "python3"]
-    assert words[5:] == COMMAND  # word for word, whatever the quoting
-    env = exports(script)
+        "--no-container-entrypoint", f"--container-env={','.join(sorted(env))}",
+        "--container-mounts=/fsx:/fsx,/scratch/ds:/data:ro", ENTRYPOINT]
+    assert words[7:] == COMMAND  # word for word, whatever the quoting
     assert env == {"MNP_FABRIC": "efa", "MNP_INSTANCE_TYPE": "p4d.24xlarge",
                    "MNP_LAUNCHER": "mpirun", "MNP_SLOTS_PER_NODE": "8", "MNP_WAIT_TIMEOUT": "600"}
     # the scheduler is detected, never forced: a pmix task must still be seen as a rank
     assert "MNP_SCHEDULER" not in script
+
+
+def test_pyxis_never_runs_the_image_entrypoint_and_the_jobs_settings_win():
+    """pyxis runs the ENTRYPOINT only once per node, at the container's start and without the
+    job's variables, and lets the image's ENV win over names not in --container-env
+    (tests/integration/test_slurm_pyxis.py runs these scripts through the pyxis play)."""
+    script = build_sbatch_script("cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["python3", "t.py"],
+                                 launcher="torchrun", env={"NCCL_DEBUG": "INFO"})
+    words = srun_words(script)
+    assert "--container-entrypoint" not in words and "--no-container-entrypoint" in words
+    (listed,) = [w.split("=", 1)[1] for w in words if w.startswith("--container-env=")]
+    assert listed.split(",") == sorted(exports(script)) and "NCCL_DEBUG" in listed
+    assert words[-3:] == [ENTRYPOINT, "python3", "t.py"]
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "deepspeed", "torch.distributed.launch", "none"])
