@@ -33,6 +33,13 @@ with the master taken from the node list. Debian's and Ubuntu's Open MPI have no
 script never uses ``--mpi=pmi2``. srun passes the submitting environment to every task
 (``--export=ALL`` is its default, https://slurm.schedmd.com/srun.html#OPT_export).
 The pyxis play in tests/integration (pyxis_play.py) runs these scripts on a Slurm cluster.
+
+A failure a new allocation can fix is requeued: the script asks for ``--requeue`` and, when the
+srun step ends with one of :data:`REQUEUE_EXIT_CODES` (the entrypoint's infrastructure class:
+a node that never joined, a peer lost, a failed health check), runs ``scontrol requeue`` on its
+own job while ``SLURM_RESTART_COUNT`` (unset on the first run, then the number of restarts)
+leaves attempts of ``max_attempts``. Any other status, the user's own failures included, ends the
+job with that status. Every attempt appends to the one output file (``--open-mode=append``).
 """
 
 from __future__ import annotations
@@ -51,6 +58,16 @@ from matrix.model.instances import InstanceType, get_instance_type
 PER_RANK = ("mpirun",)
 # Where the entrypoint layer installs the image's ENTRYPOINT (images/entrypoint/Dockerfile.j2).
 ENTRYPOINT = "/usr/local/bin/mnp-entrypoint"
+# The entrypoint's exit codes for a failure of the infrastructure, which a requeue on other nodes
+# can fix (issue 24's failure classes). Must equal entrypoint/core/errors.py (its infrastructure
+# exit code); the tests read them from here.
+REQUEUE_EXIT_CODES = (75,)
+# Attempts of one job in all, the first run included: a node that fails again is not the node.
+DEFAULT_MAX_ATTEMPTS = 3
+# Slurm's sources for the requeue lines (22.05 manuals).
+REQUEUE_SOURCES = ("https://slurm.schedmd.com/sbatch.html#OPT_requeue",
+                   "https://slurm.schedmd.com/sbatch.html#OPT_SLURM_RESTART_COUNT",
+                   "https://slurm.schedmd.com/scontrol.html#OPT_requeue")
 # Docker's rule for the first part of a reference: a registry host when it has '.' or ':' or is
 # localhost (github.com/distribution/reference, normalize.go splitDockerDomain).
 _REGISTRY = re.compile(r"^(localhost|[^/]*[.:][^/]*)$")
@@ -91,9 +108,33 @@ def _directives(stack: str, nodes: int, instance: InstanceType, tasks: int) -> l
     lines = [f"--job-name=mnp-{stack}", f"--nodes={nodes}", f"--ntasks-per-node={tasks}"]
     if instance.gpus:
         lines.append(f"--gpus-per-node={instance.gpus}")
-    # whole nodes: the job uses every GPU, EFA interface and core of the instance
-    lines += ["--exclusive", f"--output=mnp-{stack}-%j.out"]
+    # whole nodes: the job uses every GPU, EFA interface and core of the instance; requeued on
+    # an infrastructure failure (see requeue_lines), every attempt's output in one file
+    lines += ["--exclusive", f"--output=mnp-{stack}-%j.out", "--requeue", "--open-mode=append"]
     return [f"#SBATCH {line}" for line in lines]
+
+
+def requeue_lines(max_attempts: int) -> list[str]:
+    """After the srun step: requeue the job on an infrastructure exit code while attempts are
+    left, else end with the step's status."""
+    codes = "|".join(str(code) for code in REQUEUE_EXIT_CODES)
+    return [
+        "# A failure of the infrastructure (mnp-entrypoint's exit code "
+        f"{' or '.join(codes.split('|'))}) is requeued on",
+        f"# a new allocation, {max_attempts} attempts in all; any other status ends the job.",
+        f"max_attempts={max_attempts}",
+        "attempt=$(( ${SLURM_RESTART_COUNT:-0} + 1 ))",
+        f'case "$status" in {codes})',
+        '  if [ "$attempt" -lt "$max_attempts" ]; then',
+        '    echo "mnp: attempt $attempt of $max_attempts ended with the infrastructure exit code'
+        ' $status: requeueing job $SLURM_JOB_ID" >&2',
+        '    scontrol requeue "$SLURM_JOB_ID" || echo "mnp: scontrol requeue $SLURM_JOB_ID failed:'
+        ' the job ends here" >&2',
+        "  fi",
+        "  ;;",
+        "esac",
+        'exit "$status"',
+    ]
 
 
 def _srun(image: str, shape: Layout, mounts: Sequence[Mount], env_names: Sequence[str],
@@ -107,7 +148,7 @@ def _srun(image: str, shape: Layout, mounts: Sequence[Mount], env_names: Sequenc
         words.append(f"--container-mounts={pyxis_mounts(mounts)}")
     quoted = [shlex.quote(word) for word in words]
     task = " ".join(shlex.quote(word) for word in [ENTRYPOINT, *command])
-    return " \\\n  ".join(quoted + [task])
+    return " \\\n  ".join(quoted + [task + " || status=$?"])
 
 
 def build_sbatch_script(
@@ -122,11 +163,14 @@ def build_sbatch_script(
     mounts: Sequence[Mount] = (),
     env: Mapping[str, str] | None = None,
     wait_timeout_s: int = DEFAULT_WAIT_TIMEOUT_S,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> str:
     """The batch script: ``nodes`` x ``instance_type`` running ``command`` in ``image_uri``."""
     instance = get_instance_type(instance_type)
     if nodes < 1:
         raise UserError(f"--nodes {nodes}: a job needs at least 1 node")
+    if max_attempts < 1:
+        raise UserError(f"--attempts {max_attempts}: a job runs at least once")
     if not command:
         raise UserError("no command given to run on the nodes (put it after --)")
     image = enroot_image(image_uri)
@@ -145,7 +189,8 @@ def build_sbatch_script(
     ]
     names = sorted(environment)
     exports = [f"export {name}={shlex.quote(environment[name])}" for name in names]
-    return "\n".join(head + exports + ["", _srun(image, shape, mounts, names, command)]) + "\n"
+    step = ["", "status=0", _srun(image, shape, mounts, names, command), ""]
+    return "\n".join(head + exports + step + requeue_lines(max_attempts)) + "\n"
 
 
 def directives(script: str) -> dict[str, str]:

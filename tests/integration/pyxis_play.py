@@ -179,7 +179,8 @@ class Step:
 
     def __init__(self, job: dict[str, str]) -> None:
         self.name = f"pyxis_{job.get('SLURM_JOB_ID', '0')}.{job.get('SLURM_STEP_ID', '0')}"
-        self.dir = os.path.join(RUNTIME, self.name)
+        # pyxis keeps this in the step's slurmstepd; a requeued job runs its steps again
+        self.dir = os.path.join(RUNTIME, f"{self.name}.{job.get('SLURM_RESTART_COUNT', '0')}")
         os.makedirs(self.dir, exist_ok=True)
         self.lock_fd = os.open(os.path.join(self.dir, "lock"), os.O_CREAT | os.O_RDWR, 0o600)
 

@@ -16,7 +16,8 @@ as pyxis runs them on a cluster. Measured recipe (Slurm 22.05 on Debian 12):
   capabilities) gives tasks ``SLURM_GPUS_ON_NODE`` and ``CUDA_VISIBLE_DEVICES`` with no GPU;
 - ``pyxis_images``: the pyxis play (``pyxis_play.py``) as ``srun`` on every node, with the images
   it may "import" (enroot URI -> the docker image's config), so ``srun --container-image=...``
-  lines of generated scripts run as pyxis would run them.
+  lines of generated scripts run as pyxis would run them;
+- ``requeue_wait_s``: how long a requeued job waits before it may start again.
 
 Containers are named ``mnp-slurm-<id>-<node>`` and carry the label ``mnp-test=1``; Slurm's node
 names (``slurmctl``, ``node1`` ...) are their host names and network aliases on a private bridge
@@ -108,7 +109,7 @@ class SlurmCluster:
 
     def __init__(self, client, image: str, workdir: Path, nodes: int = 3,
                  gpus_per_node: int = 0, pyxis_images: dict | None = None,
-                 start_timeout: float = 60) -> None:
+                 start_timeout: float = 60, requeue_wait_s: int | None = None) -> None:
         self.client = client
         self.image = image
         self.nodes = [f"node{i + 1}" for i in range(nodes)]
@@ -123,6 +124,9 @@ class SlurmCluster:
             conf = "GresTypes=gpu\n" + conf
             (self.etc / "gres.conf").write_text(
                 f"NodeName=node[1-{nodes}] Name=gpu File=/dev/nvidia[0-{self.gpus - 1}]\n")
+        if requeue_wait_s:  # slurm.conf(5) AuthInfo cred_expire: also how long a requeued job
+            # waits before it may start again (default 120 s)
+            conf = f"AuthInfo=cred_expire={requeue_wait_s}\n" + conf
         (self.etc / "slurm.conf").write_text(conf)
         (self.etc / "start.sh").write_text(START)
         self.pyxis = pyxis_images is not None

@@ -1,7 +1,8 @@
 """The scripts `invoke sbatch` writes, run on a real Slurm 22.05 cluster (``slurm_cluster``)
 through the pyxis play (``pyxis_play.py``): each node's container started once per step the way
 pyxis' ``enroot_container_start`` starts it, every task joined to it with pyxis' environment
-rules, the task's own command (``mnp-entrypoint CMD``) run there.
+rules, the task's own command (``mnp-entrypoint CMD``) run there; and the script's requeue of
+an infrastructure failure (not of the user's own), with Slurm's real ``scontrol requeue``.
 
 The play stands in for pyxis and enroot, which cannot be built here (no Debian package, and no
 way to fetch their sources); what it does and does not do is in its docstring, each behaviour
@@ -18,7 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from matrix.deploy.sbatch import ENTRYPOINT, build_sbatch_script, enroot_image
+from matrix.deploy.sbatch import (
+    ENTRYPOINT,
+    REQUEUE_EXIT_CODES,
+    build_sbatch_script,
+    enroot_image,
+)
 
 from .slurm_cluster import SlurmCluster, image_config, slurm_image
 
@@ -58,7 +64,7 @@ def play(docker_client, cluster_image, tmp_path_factory):
               PLAIN: {"Env": config["Env"], "Entrypoint": ["/usr/bin/env"], "Cmd": None}}
     cluster = SlurmCluster(docker_client, slurm_image(docker_client, cluster_image),
                            tmp_path_factory.mktemp("slurm-pyxis"), pyxis_images=images,
-                           start_timeout=25)
+                           start_timeout=25, requeue_wait_s=10)
     try:
         cluster.start()
         cluster.wait_ready()
@@ -163,3 +169,32 @@ def test_a_generated_torchrun_script_runs_one_task_per_node_through_pyxis(play):
     assert log.count("scheduler: slurm (detected from SLURM_JOB_ID)") == 3, log
     assert log.count("--master_addr node1 --master_port 29500") == 3, log
     assert log.count("launcher: torchrun") == 3, log
+
+
+def job_record(play, job: str) -> dict[str, str]:
+    code, output = play.run(f"scontrol show job {job}")
+    assert code == 0, output
+    return dict(re.findall(r"(JobState|Restarts|ExitCode)=(\S+)", output))
+
+
+@pytest.mark.parametrize(("name", "script", "ends"), [
+    # the infrastructure code on the first run only: requeued once, then it succeeds
+    ("flaky", f"import os, sys; sys.exit({REQUEUE_EXIT_CODES[0]} if 'SLURM_RESTART_COUNT' not in "
+              "os.environ else 0)", {"JobState": "COMPLETED", "Restarts": "1", "ExitCode": "0:0"}),
+    # the user's own failure: a new allocation would fail the same way, so no requeue
+    ("bug", "import sys; sys.exit(3)", {"JobState": "FAILED", "Restarts": "0",
+                                        "ExitCode": "3:0"}),
+])
+def test_a_generated_script_requeues_an_infrastructure_failure_and_not_a_users(
+        play, name, script, ends):
+    text = build_sbatch_script("cpu-tcp", 3, "c5n.18xlarge", play.uri,
+                               ["python3", "-c", script], launcher="none", fabric="tcp")
+    (play.share / f"{name}.sbatch").write_text(text)
+    code, output = play.run(f"cd /share && sbatch --wait {name}.sbatch", timeout=300)
+    job = re.search(r"Submitted batch job (\d+)", output).group(1)
+    log = (play.share / f"mnp-cpu-tcp-{job}.out").read_text()
+    assert job_record(play, job) == ends, output + log
+    assert code == int(ends["ExitCode"].split(":")[0]), output + log
+    requeues = log.count(f"ended with the infrastructure exit code {REQUEUE_EXIT_CODES[0]}: "
+                         f"requeueing job {job}")
+    assert requeues == int(ends["Restarts"]), log
