@@ -2,10 +2,10 @@
 
 The operator starts workers with ``command: /usr/sbin/sshd -De`` and mounts its SSH Secret
 (``id_rsa``, ``id_rsa.pub``, ``authorized_keys``) at ``sshAuthMountPath``, ``/root/.ssh`` by
-default (kubeflow/mpi-operator pkg/controller/mpi_job_controller.go). That bare sshd exits at once
-in our images, which hold no host keys by design, and it bypasses the entrypoint. So the generated
-MPIJob starts workers through the entrypoint (``args:``), which makes a fresh host key, and runs
-sshd on port 22 (the launcher's ``ssh`` uses the default port) with the operator's
+default (kubeflow/mpi-operator pkg/controller/mpi_job_controller.go). That bare sshd bypasses
+the entrypoint (the image's /usr/sbin/sshd makes the container's host keys: images/ssh/sshd).
+The generated MPIJob starts workers through the entrypoint (``args:``), which makes a fresh host
+key, and runs sshd on port 22 (the launcher's ``ssh`` uses the default port) with the operator's
 ``authorized_keys``, keys only, in the foreground until the pod is stopped. The launcher's
 ``ssh`` accepts the new host key because the entrypoint on the launcher turns off host key
 checking for the operator's hosts, as the operator's own base images do in their ssh_config.

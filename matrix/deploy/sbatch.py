@@ -2,20 +2,44 @@
 
 :func:`build_sbatch_script` writes what ``sbatch`` takes: ``#SBATCH`` lines for the nodes, the
 tasks per node, the instance's GPUs and an exclusive allocation, the job's ``MNP_*`` environment
-as ``export`` lines, and one ``srun`` line that runs the stack image on every node through pyxis:
+as ``export`` lines, and one ``srun`` line whose every task runs the stack image through pyxis
+with ``mnp-entrypoint`` as its own command.
+
+pyxis does not run the image's ENTRYPOINT per task. It starts each node's container once per
+step, as ``enroot start <name> sh -c "kill -STOP $$ ; exit 0"``, waits until that shell stops
+itself, then joins every task of the node into the container's namespaces with ``setns`` and runs
+the task's own command there (NVIDIA/pyxis pyxis_slurmstepd.c, ``enroot_container_start`` and
+``slurm_spank_task_init``, 2025 master). With ``--container-entrypoint`` only that one start
+goes through the ENTRYPOINT (enroot's ``/etc/rc`` runs ``ENTRYPOINT "$@"``, NVIDIA/enroot
+src/docker.sh ``docker::configure``), with the image's environment and no Slurm variable (enroot's
+``load_environment`` clears the environment, bin/common.h): our entrypoint would plan a single
+node there, run the ``sh`` as its child and never stop itself, so the step would hang. Hence:
 
 - ``--container-image``: the image by digest, in enroot's form (:func:`enroot_image`);
-- ``--container-entrypoint``: pyxis runs the image's ENTRYPOINT only with it, and without the
-  entrypoint nothing reads the Slurm variables (pyxis README, "--container-entrypoint");
-- ``--container-mounts``: the job's ``--mount`` folders (``SRC:DST[:ro]``, comma-separated).
+- ``--no-container-entrypoint``: never the ENTRYPOINT at container start, even where the site
+  sets pyxis' ``execute_entrypoint=1`` (pyxis config.c; the default is off);
+- ``--container-env``: every variable the script exports. pyxis copies the container's
+  environment (the image's ``ENV``) over each task's, except the names listed here
+  (pyxis_slurmstepd.c ``spank_import_container_env``), so an image ``ENV`` would otherwise win
+  over the job's settings;
+- ``--container-mounts``: the job's ``--mount`` folders (``SRC:DST[:ro]``, comma-separated);
+- the command: :data:`ENTRYPOINT` (the image's ENTRYPOINT, by its installed path), then the
+  user's command, so every task reads its own Slurm variables.
 
 How the tasks are laid out follows the entrypoint's Slurm unit: with ``mpirun`` every rank is a
 Slurm task (``srun --mpi=pmix``, one task per slot; the entrypoint sees ``PMIX_RANK`` and runs the
 command); with torchrun, DeepSpeed or none, one task per node, which starts the node's processes
 with the master taken from the node list. Debian's and Ubuntu's Open MPI have no PMI-2, so the
 script never uses ``--mpi=pmi2``. srun passes the submitting environment to every task
-(``--export=ALL`` is its default, https://slurm.schedmd.com/srun.html#OPT_export) and pyxis passes
-it into the container.
+(``--export=ALL`` is its default, https://slurm.schedmd.com/srun.html#OPT_export).
+The pyxis play in tests/integration (pyxis_play.py) runs these scripts on a Slurm cluster.
+
+A failure a new allocation can fix is requeued: the script asks for ``--requeue`` and, when the
+srun step ends with one of :data:`REQUEUE_EXIT_CODES` (the entrypoint's infrastructure class:
+a node that never joined, a peer lost, a failed health check), runs ``scontrol requeue`` on its
+own job while ``SLURM_RESTART_COUNT`` (unset on the first run, then the number of restarts)
+leaves attempts of ``max_attempts``. Any other status, the user's own failures included, ends the
+job with that status. Every attempt appends to the one output file (``--open-mode=append``).
 """
 
 from __future__ import annotations
@@ -32,6 +56,18 @@ from matrix.model.instances import InstanceType, get_instance_type
 
 # The launchers whose ranks Slurm starts itself; the others run once per node.
 PER_RANK = ("mpirun",)
+# Where the entrypoint layer installs the image's ENTRYPOINT (images/entrypoint/Dockerfile.j2).
+ENTRYPOINT = "/usr/local/bin/mnp-entrypoint"
+# The entrypoint's exit codes for a failure of the infrastructure, which a requeue on other nodes
+# can fix (issue 24's failure classes). Must equal entrypoint/core/errors.py (its infrastructure
+# exit code); the tests read them from here.
+REQUEUE_EXIT_CODES = (75,)
+# Attempts of one job in all, the first run included: a node that fails again is not the node.
+DEFAULT_MAX_ATTEMPTS = 3
+# Slurm's sources for the requeue lines (22.05 manuals).
+REQUEUE_SOURCES = ("https://slurm.schedmd.com/sbatch.html#OPT_requeue",
+                   "https://slurm.schedmd.com/sbatch.html#OPT_SLURM_RESTART_COUNT",
+                   "https://slurm.schedmd.com/scontrol.html#OPT_requeue")
 # Docker's rule for the first part of a reference: a registry host when it has '.' or ':' or is
 # localhost (github.com/distribution/reference, normalize.go splitDockerDomain).
 _REGISTRY = re.compile(r"^(localhost|[^/]*[.:][^/]*)$")
@@ -72,20 +108,47 @@ def _directives(stack: str, nodes: int, instance: InstanceType, tasks: int) -> l
     lines = [f"--job-name=mnp-{stack}", f"--nodes={nodes}", f"--ntasks-per-node={tasks}"]
     if instance.gpus:
         lines.append(f"--gpus-per-node={instance.gpus}")
-    # whole nodes: the job uses every GPU, EFA interface and core of the instance
-    lines += ["--exclusive", f"--output=mnp-{stack}-%j.out"]
+    # whole nodes: the job uses every GPU, EFA interface and core of the instance; requeued on
+    # an infrastructure failure (see requeue_lines), every attempt's output in one file
+    lines += ["--exclusive", f"--output=mnp-{stack}-%j.out", "--requeue", "--open-mode=append"]
     return [f"#SBATCH {line}" for line in lines]
 
 
-def _srun(image: str, shape: Layout, mounts: Sequence[Mount], command: Sequence[str]) -> str:
+def requeue_lines(max_attempts: int) -> list[str]:
+    """After the srun step: requeue the job on an infrastructure exit code while attempts are
+    left, else end with the step's status."""
+    codes = "|".join(str(code) for code in REQUEUE_EXIT_CODES)
+    return [
+        "# A failure of the infrastructure (mnp-entrypoint's exit code "
+        f"{' or '.join(codes.split('|'))}) is requeued on",
+        f"# a new allocation, {max_attempts} attempts in all; any other status ends the job.",
+        f"max_attempts={max_attempts}",
+        "attempt=$(( ${SLURM_RESTART_COUNT:-0} + 1 ))",
+        f'case "$status" in {codes})',
+        '  if [ "$attempt" -lt "$max_attempts" ]; then',
+        '    echo "mnp: attempt $attempt of $max_attempts ended with the infrastructure exit code'
+        ' $status: requeueing job $SLURM_JOB_ID" >&2',
+        '    scontrol requeue "$SLURM_JOB_ID" || echo "mnp: scontrol requeue $SLURM_JOB_ID failed:'
+        ' the job ends here" >&2',
+        "  fi",
+        "  ;;",
+        "esac",
+        'exit "$status"',
+    ]
+
+
+def _srun(image: str, shape: Layout, mounts: Sequence[Mount], env_names: Sequence[str],
+          command: Sequence[str]) -> str:
     words = ["srun"]
     if shape.mpi:
         words.append("--mpi=pmix")
-    words += [f"--container-image={image}", "--container-entrypoint"]
+    words += [f"--container-image={image}", "--no-container-entrypoint",
+              f"--container-env={','.join(env_names)}"]
     if mounts:
         words.append(f"--container-mounts={pyxis_mounts(mounts)}")
     quoted = [shlex.quote(word) for word in words]
-    return " \\\n  ".join(quoted + [" ".join(shlex.quote(word) for word in command)])
+    task = " ".join(shlex.quote(word) for word in [ENTRYPOINT, *command])
+    return " \\\n  ".join(quoted + [task + " || status=$?"])
 
 
 def build_sbatch_script(
@@ -100,11 +163,14 @@ def build_sbatch_script(
     mounts: Sequence[Mount] = (),
     env: Mapping[str, str] | None = None,
     wait_timeout_s: int = DEFAULT_WAIT_TIMEOUT_S,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> str:
     """The batch script: ``nodes`` x ``instance_type`` running ``command`` in ``image_uri``."""
     instance = get_instance_type(instance_type)
     if nodes < 1:
         raise UserError(f"--nodes {nodes}: a job needs at least 1 node")
+    if max_attempts < 1:
+        raise UserError(f"--attempts {max_attempts}: a job runs at least once")
     if not command:
         raise UserError("no command given to run on the nodes (put it after --)")
     image = enroot_image(image_uri)
@@ -113,15 +179,18 @@ def build_sbatch_script(
     head = [
         "#!/bin/bash",
         f"# {stack} on {nodes} x {instance.name}, written by `invoke sbatch`; submit with sbatch.",
-        "# Needs pyxis and enroot on the cluster (the image runs with its entrypoint, which reads",
-        "# the Slurm variables of every task).",
+        "# Needs pyxis and enroot on the cluster. Every task runs mnp-entrypoint, which reads its",
+        "# own Slurm variables; pyxis never runs the image's ENTRYPOINT per task.",
         *_directives(stack, nodes, instance, shape.tasks_per_node),
         "set -euo pipefail",
         "",
-        "# The job's settings for the entrypoint; srun exports them into every task's container.",
+        "# The job's settings for the entrypoint: srun exports them to every task, and",
+        "# --container-env keeps their values over any the image's ENV sets.",
     ]
-    exports = [f"export {name}={shlex.quote(value)}" for name, value in sorted(environment.items())]
-    return "\n".join(head + exports + ["", _srun(image, shape, mounts, command)]) + "\n"
+    names = sorted(environment)
+    exports = [f"export {name}={shlex.quote(environment[name])}" for name in names]
+    step = ["", "status=0", _srun(image, shape, mounts, names, command), ""]
+    return "\n".join(head + exports + step + requeue_lines(max_attempts)) + "\n"
 
 
 def directives(script: str) -> dict[str, str]:

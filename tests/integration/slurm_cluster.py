@@ -13,7 +13,11 @@ as pyxis runs them on a cluster. Measured recipe (Slurm 22.05 on Debian 12):
   Debian's Open MPI has no PMI-1/PMI-2 support, so ``--mpi=pmi2`` cannot work with it;
 - munge's key is generated when the package installs, so every container of the layer shares it;
 - ``gpus_per_node``: GRES over fake ``/dev/nvidiaN`` (``mknod``, allowed by Docker's default
-  capabilities) gives tasks ``SLURM_GPUS_ON_NODE`` and ``CUDA_VISIBLE_DEVICES`` with no GPU.
+  capabilities) gives tasks ``SLURM_GPUS_ON_NODE`` and ``CUDA_VISIBLE_DEVICES`` with no GPU;
+- ``pyxis_images``: the pyxis play (``pyxis_play.py``) as ``srun`` on every node, with the images
+  it may "import" (enroot URI -> the docker image's config), so ``srun --container-image=...``
+  lines of generated scripts run as pyxis would run them;
+- ``requeue_wait_s``: how long a requeued job waits before it may start again.
 
 Containers are named ``mnp-slurm-<id>-<node>`` and carry the label ``mnp-test=1``; Slurm's node
 names (``slurmctl``, ``node1`` ...) are their host names and network aliases on a private bridge
@@ -23,6 +27,7 @@ network. ``cleanup`` removes what it created, nothing else.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 import uuid
 from pathlib import Path
@@ -84,6 +89,15 @@ if [ "$1" = ctl ]; then exec /usr/sbin/slurmctld -D -i; else exec /usr/sbin/slur
 """
 
 
+PLAY = Path(__file__).with_name("pyxis_play.py")
+
+
+def image_config(client, image: str) -> dict:
+    """What enroot keeps of a docker image's config: its ENV, ENTRYPOINT, CMD and WORKDIR."""
+    config = client.images.get(image).attrs["Config"]
+    return {key: config.get(key) for key in ("Env", "Entrypoint", "Cmd", "WorkingDir")}
+
+
 def slurm_image(client, base: str) -> str:
     """The base image plus the Slurm layer, built once per base image (reused while cached)."""
     return layer_image(client, base, LAYER, "slurm")
@@ -94,7 +108,8 @@ class SlurmCluster:
     commands on the controller (the submit host) with ``srun``/``sbatch``; ``cleanup()``."""
 
     def __init__(self, client, image: str, workdir: Path, nodes: int = 3,
-                 gpus_per_node: int = 0) -> None:
+                 gpus_per_node: int = 0, pyxis_images: dict | None = None,
+                 start_timeout: float = 60, requeue_wait_s: int | None = None) -> None:
         self.client = client
         self.image = image
         self.nodes = [f"node{i + 1}" for i in range(nodes)]
@@ -109,15 +124,24 @@ class SlurmCluster:
             conf = "GresTypes=gpu\n" + conf
             (self.etc / "gres.conf").write_text(
                 f"NodeName=node[1-{nodes}] Name=gpu File=/dev/nvidia[0-{self.gpus - 1}]\n")
+        if requeue_wait_s:  # slurm.conf(5) AuthInfo cred_expire: also how long a requeued job
+            # waits before it may start again (default 120 s)
+            conf = f"AuthInfo=cred_expire={requeue_wait_s}\n" + conf
         (self.etc / "slurm.conf").write_text(conf)
         (self.etc / "start.sh").write_text(START)
+        self.pyxis = pyxis_images is not None
+        if self.pyxis:
+            (self.etc / "pyxis-play").mkdir()
+            (self.etc / "pyxis-play" / "images.json").write_text(json.dumps(
+                {"images": pyxis_images, "start_timeout": start_timeout}, indent=1))
         self.containers: list = []
         self.network = client.networks.create(self.prefix, driver="bridge",
                                               labels={"mnp-test": "1"})
 
     def _start(self, name: str, role: str):
-        volumes = {str(self.etc): {"bind": "/etc/slurm", "mode": "ro"},
-                   str(self.share): {"bind": "/share", "mode": "rw"}}
+        volumes = [f"{self.etc}:/etc/slurm:ro", f"{self.share}:/share:rw"]
+        if self.pyxis:  # before Slurm's /usr/bin/srun on PATH, and the per-task wrapper
+            volumes += [f"{PLAY}:/usr/local/bin/srun:ro", f"{PLAY}:/usr/local/bin/pyxis-task:ro"]
         endpoint = self.client.api.create_endpoint_config(aliases=[name])
         container = self.client.containers.run(
             self.image, [role], entrypoint=["/bin/sh", "/etc/slurm/start.sh"], detach=True,

@@ -123,38 +123,44 @@ def test_a_two_node_trainjob_runs_through_the_entrypoint(pods):
 
 
 def _ssh_secret(pods, tmp_path):
-    """The operator's SSH Secret as mounted: id_rsa, id_rsa.pub, authorized_keys (the public key
-    again), mode 0600 (mpi_job_controller.go:137-150 sshVolumeItems). Made with the image's
-    ssh-keygen, so the test needs no SSH tools on the host; the files stay the test user's."""
+    """The operator's SSH Secret as the kubelet mounts it at sshAuthMountPath (/root/.ssh):
+    id_rsa (an ECDSA P-521 key in PEM, newSSHAuthSecret), id_rsa.pub, and authorized_keys (the
+    public key again), each file mode 0600 (sshVolumeItems, setupSSHOnPod), read-only, in a
+    directory anyone may write, as a Secret volume's tmpfs is (mode 1777): what an sshd with
+    StrictModes refuses. Made with the image's ssh-keygen, so the test needs no SSH tools."""
     keys = tmp_path / "ssh"
     keys.mkdir()
-    script = ("ssh-keygen -q -t rsa -b 2048 -N '' -C mj -f /keys/id_rsa && "
+    script = ("ssh-keygen -q -t ecdsa -b 521 -m PEM -N '' -C mj -f /keys/id_rsa && "
               "cp /keys/id_rsa.pub /keys/authorized_keys && chmod 600 /keys/* && "
               f"chown -R {os.getuid()}:{os.getgid()} /keys")
     pods.client.containers.run(pods.image, ["-c", script], entrypoint=["/bin/sh"], remove=True,
                                volumes={str(keys): {"bind": "/keys", "mode": "rw"}},
                                labels={"mnp-test": "1"})
+    keys.chmod(0o1777)
     return keys
 
 
-def test_an_mpijob_launcher_and_two_workers_run_mpirun_through_the_entrypoint(pods, tmp_path):
+def _mpijob_workers(pods, tmp_path, entrypoint):
+    """Workers mj-worker-0 and -1 as the operator makes them (newWorker): host name and DNS
+    names, K_MPI_JOB_ROLE=worker (workerEnvVars), the SSH Secret at /root/.ssh and nothing else:
+    the hostfile ConfigMap goes to the launcher only (newLauncherPodTemplate). ``entrypoint``:
+    the pod's command, None for the image's ENTRYPOINT. Returns the launcher's volumes."""
     keys = _ssh_secret(pods, tmp_path)
     config = tmp_path / "mpi"
     config.mkdir()
     # the hostfile ConfigMap: <job>-worker-<i>.<job>.<ns>.svc slots=<slotsPerWorker>
     (config / "hostfile").write_text("mj-worker-0.mj.default.svc slots=1\n"
                                      "mj-worker-1.mj.default.svc slots=1\n")
-    volumes = {str(keys): {"bind": "/root/.ssh", "mode": "ro"},
-               str(config): {"bind": "/etc/mpi", "mode": "ro"}}
+    secret = {str(keys): {"bind": "/root/.ssh", "mode": "ro"}}
     for i in (0, 1):
         name = f"mj-worker-{i}"
-        # mpi_job_controller.go:170-175 workerEnvVars: K_MPI_JOB_ROLE=worker. No args: the
-        # operator's default command (/usr/sbin/sshd -De) would bypass the entrypoint, so the
-        # manifest leaves it out.
         pods.pod(name, None, {"K_MPI_JOB_ROLE": "worker"},
-                 aliases=(f"{name}.mj", f"{name}.mj.default.svc"), volumes=volumes)
-    for i in (0, 1):
-        pods.wait_log(f"mj-worker-{i}", "sshd listening on port 22", 60)
+                 aliases=(f"{name}.mj", f"{name}.mj.default.svc"), volumes=secret,
+                 entrypoint=entrypoint)
+    return {**secret, str(config): {"bind": "/etc/mpi", "mode": "ro"}}
+
+
+def _run_launcher(pods, volumes):
     launcher_env = {
         "K_MPI_JOB_ROLE": "launcher",  # mpi_job_controller.go:164-169 launcherEnvVars
         "OMPI_MCA_orte_keep_fqdn_hostnames": "true",  # mpi_job_controller.go:179-180 ompiEnvVars
@@ -172,6 +178,15 @@ def test_an_mpijob_launcher_and_two_workers_run_mpirun_through_the_entrypoint(po
                      ], logs
     assert "scheduler: mpijob (detected from K_MPI_JOB_ROLE)" in logs
     assert re.search(r"running: \S*mpirun --allow-run-as-root -np 2 ", logs), logs
+
+
+def test_an_mpijob_launcher_and_two_workers_run_mpirun_through_the_entrypoint(pods, tmp_path):
+    # As `invoke k8s --kind mpijob` writes the workers: the job's command in args, so the
+    # image's ENTRYPOINT runs and serves SSH (the operator's default command would bypass it).
+    volumes = _mpijob_workers(pods, tmp_path, entrypoint=None)
+    for i in (0, 1):
+        pods.wait_log(f"mj-worker-{i}", "sshd listening on port 22", 60)
+    _run_launcher(pods, volumes)
     # the workers stay up until the pod is stopped, as sshd -De would
     for i in (0, 1):
         worker = pods.containers[f"mj-worker-{i}"]
@@ -179,3 +194,22 @@ def test_an_mpijob_launcher_and_two_workers_run_mpirun_through_the_entrypoint(po
         assert worker.status == "running", pods.logs(f"mj-worker-{i}")
     pods.containers["mj-worker-0"].stop(timeout=10)
     assert pods.wait_exit("mj-worker-0", 30) == 128 + 15
+
+
+def test_the_operators_default_worker_command_serves_our_image(pods, tmp_path):
+    """A worker template with neither command nor args gets `command: /usr/sbin/sshd -De`
+    (mpi_job_controller.go, newWorker, at cbe4f8aa): the ENTRYPOINT never runs there. The
+    image's /usr/sbin/sshd makes the container's host keys at its first start, and accepts the
+    operator's key despite the Secret volume's modes."""
+    volumes = _mpijob_workers(pods, tmp_path, entrypoint=["/usr/sbin/sshd", "-De"])
+    for i in (0, 1):
+        pods.wait_log(f"mj-worker-{i}", "Server listening on 0.0.0.0 port 22", 60)
+    _run_launcher(pods, volumes)
+    for i in (0, 1):
+        logs = pods.logs(f"mj-worker-{i}")
+        assert "generating new host keys" in logs and "mnp-entrypoint" not in logs, logs
+        assert "Accepted publickey for root" in logs, logs
+    # each container made its own keys: no two workers share a host key
+    fingerprints = {pods.containers[f"mj-worker-{i}"].exec_run(
+        ["ssh-keygen", "-lf", "/etc/ssh/ssh_host_ed25519_key.pub"]).output for i in (0, 1)}
+    assert len(fingerprints) == 2, fingerprints

@@ -1,7 +1,8 @@
 """The entrypoint under a real Slurm 22.05 cluster (1 controller + 3 compute containers of the
 cpu-tcp image with the test-only Slurm layer, ``slurm_cluster``): every job below is submitted
-with ``srun``/``sbatch`` on the controller and runs ``mnp-entrypoint`` in the image, as pyxis's
-``srun --container-entrypoint`` would. Nothing is simulated: the variables are Slurm's own.
+with ``srun``/``sbatch`` on the controller and runs ``mnp-entrypoint`` in the image as each task's
+own command, as the scripts `invoke sbatch` writes for pyxis do (pyxis never runs the image's
+ENTRYPOINT per task: test_slurm_pyxis.py). Nothing is simulated: the variables are Slurm's own.
 """
 
 import re

@@ -4,9 +4,9 @@ Two kinds of check. The script's content (directives, the srun line, the environ
 command word for word) is read back with the shell's own rules. Then the #SBATCH directives are
 submitted with ``sbatch --test-only`` to a real Slurm 22.05 controller (tests/integration's
 cluster, in containers of the cpu-tcp image) whose nodes are configured with the instance's
-CPUs and GPUs: Slurm itself says whether the allocation the script asks for exists. What this
-cannot check: the cluster has no pyxis/enroot (neither is packaged for Debian), so the srun line's
-``--container-*`` options are never executed here; ``--test-only`` does not run the script.
+CPUs and GPUs: Slurm itself says whether the allocation the script asks for exists
+(``--test-only`` does not run the script). The scripts run, srun line included, through the
+pyxis play in tests/integration/test_slurm_pyxis.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,14 @@ from pathlib import Path
 import pytest
 
 from matrix.deploy.mounts import Mount
-from matrix.deploy.sbatch import build_sbatch_script, directives, enroot_image
+from matrix.deploy.sbatch import (
+    DEFAULT_MAX_ATTEMPTS,
+    ENTRYPOINT,
+    REQUEUE_EXIT_CODES,
+    build_sbatch_script,
+    directives,
+    enroot_image,
+)
 from matrix.errors import UserError
 from matrix.model.instances import get_instance_type
 from matrix.model.loader import load_matrix
@@ -33,11 +40,18 @@ IMAGE = f"123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cuda@{DIGEST}"
 COMMAND = ["python3", "-c", "import sys; print('a b', sys.argv)", "it's", "$HOME", "*"]
 
 
-def srun_words(script: str) -> list[str]:
-    """The srun line as the shell splits it (continuation lines joined)."""
+def srun_line(script: str) -> str:
+    """The srun line (continuation lines joined), without the ``|| status=$?`` that keeps its
+    exit status for the requeue decision."""
     text = script.replace("\\\n", " ")
     (line,) = [line for line in text.splitlines() if line.startswith("srun ")]
-    return shlex.split(line)
+    assert line.endswith(" || status=$?"), line
+    return line[:-len(" || status=$?")]
+
+
+def srun_words(script: str) -> list[str]:
+    """The srun line as the shell splits it."""
+    return shlex.split(srun_line(script))
 
 
 def exports(script: str) -> dict[str, str]:
@@ -57,19 +71,33 @@ def test_mpirun_layout_one_task_per_gpu_with_pmix():
     assert script.startswith("#!/bin/bash\n")
     assert directives(script) == {"--job-name": "mnp-cuda11.7-efa", "--nodes": "4",
                                   "--ntasks-per-node": "8", "--gpus-per-node": "8",
-                                  "--exclusive": "", "--output": "mnp-cuda11.7-efa-%j.out"}
+                                  "--exclusive": "", "--output": "mnp-cuda11.7-efa-%j.out",
+                                  "--requeue": "", "--open-mode": "append"}
     words = srun_words(script)
-    assert words[:6] == [
+    env = exports(script)
+    assert words[:7] == [
         "srun", "--mpi=pmix",
         f"--container-image=123456789012.dkr.ecr.us-east-1.amazonaws.com#mnp/cuda:{DIGEST}",
-        "--container-entrypoint", "--container-mounts=/fsx:/fsx,/scratch/ds:/data:ro",
-        "python3"]
-    assert words[5:] == COMMAND  # word for word, whatever the quoting
-    env = exports(script)
+        "--no-container-entrypoint", f"--container-env={','.join(sorted(env))}",
+        "--container-mounts=/fsx:/fsx,/scratch/ds:/data:ro", ENTRYPOINT]
+    assert words[7:] == COMMAND  # word for word, whatever the quoting
     assert env == {"MNP_FABRIC": "efa", "MNP_INSTANCE_TYPE": "p4d.24xlarge",
                    "MNP_LAUNCHER": "mpirun", "MNP_SLOTS_PER_NODE": "8", "MNP_WAIT_TIMEOUT": "600"}
     # the scheduler is detected, never forced: a pmix task must still be seen as a rank
     assert "MNP_SCHEDULER" not in script
+
+
+def test_pyxis_never_runs_the_image_entrypoint_and_the_jobs_settings_win():
+    """pyxis runs the ENTRYPOINT only once per node, at the container's start and without the
+    job's variables, and lets the image's ENV win over names not in --container-env
+    (tests/integration/test_slurm_pyxis.py runs these scripts through the pyxis play)."""
+    script = build_sbatch_script("cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["python3", "t.py"],
+                                 launcher="torchrun", env={"NCCL_DEBUG": "INFO"})
+    words = srun_words(script)
+    assert "--container-entrypoint" not in words and "--no-container-entrypoint" in words
+    (listed,) = [w.split("=", 1)[1] for w in words if w.startswith("--container-env=")]
+    assert listed.split(",") == sorted(exports(script)) and "NCCL_DEBUG" in listed
+    assert words[-3:] == [ENTRYPOINT, "python3", "t.py"]
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "deepspeed", "torch.distributed.launch", "none"])
@@ -113,13 +141,63 @@ def test_the_script_is_valid_bash_and_bash_reads_the_command_word_for_word(tmp_p
     path = tmp_path / "job.sbatch"
     path.write_text(script)
     assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
-    line = " ".join(script.replace("\\\n", " ").splitlines()[-1:])
-    assert line.startswith("srun ")
+    line = srun_line(script)
     proc = subprocess.run(["bash", "-c", f"set -- {line}; printf '%s\\0' \"$@\""],
                           capture_output=True, check=False)
     assert proc.returncode == 0, proc.stderr
     words = proc.stdout.decode().split("\0")[:-1]
     assert words == srun_words(script) and words[-len(COMMAND):] == COMMAND
+
+
+# --- requeue on an infrastructure failure --------------------------------------------------------
+
+STUBS = {  # srun ends with the status the test gives; scontrol records how it was called
+    "srun": '#!/bin/sh\nexit "$STUB_STATUS"\n',
+    "scontrol": '#!/bin/sh\necho "$@" >> "$STUB_LOG"\n',
+}
+
+
+def run_script(tmp_path: Path, status: int, restarts: str | None, **kwargs) -> tuple[int, str]:
+    """The whole generated script, run by bash with stand-ins for srun and scontrol on PATH:
+    ``(the script's exit status, what scontrol was asked)``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, text in STUBS.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    log = tmp_path / f"scontrol-{status}-{restarts}.log"
+    script = tmp_path / "job.sbatch"
+    script.write_text(build_sbatch_script("cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["true"],
+                                          **kwargs))
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42",
+           "STUB_STATUS": str(status), "STUB_LOG": str(log)}
+    if restarts is not None:
+        env["SLURM_RESTART_COUNT"] = restarts
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
+                          check=False)
+    return proc.returncode, log.read_text() if log.exists() else ""
+
+
+@pytest.mark.parametrize(("status", "restarts", "requeued"), [
+    (REQUEUE_EXIT_CODES[0], None, True),  # first run (Slurm sets no SLURM_RESTART_COUNT)
+    (REQUEUE_EXIT_CODES[0], str(DEFAULT_MAX_ATTEMPTS - 2), True),  # attempts are left
+    (REQUEUE_EXIT_CODES[0], str(DEFAULT_MAX_ATTEMPTS - 1), False),  # the last attempt
+    (3, None, False),  # the user's command failed: a requeue would fail the same way
+    (1, None, False),
+    (0, None, False),
+])
+def test_an_infrastructure_exit_code_requeues_the_job_while_attempts_are_left(
+        tmp_path, status, restarts, requeued):
+    code, asked = run_script(tmp_path, status, restarts)
+    assert code == status  # the job ends with the step's status either way
+    assert asked == ("requeue 42\n" if requeued else "")
+
+
+def test_the_attempts_bound_is_the_scripts_and_one_attempt_never_requeues(tmp_path):
+    assert run_script(tmp_path, REQUEUE_EXIT_CODES[0], "1", max_attempts=3)[1] == "requeue 42\n"
+    assert run_script(tmp_path, REQUEUE_EXIT_CODES[0], None, max_attempts=1)[1] == ""
+    with pytest.raises(UserError, match="at least once"):
+        build_sbatch_script("cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["true"], max_attempts=0)
 
 
 MATRIX = load_matrix(ROOT / "stacks.yaml")

