@@ -198,13 +198,16 @@ def k8s(c, kind=None, stack=None, nodes=None, instance_type=None, image_uri=None
 
 @task(help={"stack": ONE["stack"], "nodes": "number of nodes (containers), default 2",
             "late_node": "index of a node started late (default: none)", "mount": MOUNT_HELP,
+            "attempts": "runs, as Batch retries the job definition of invoke jobdef: again "
+                        "after the infrastructure code 200, never after a failing command "
+                        "(default 1)",
             "stacks": HELP["stacks"]},
       iterable=["stack", "mount"])
 @options.user_errors
-def run(c, stack=None, nodes="2", late_node=None, mount=None, stacks=STACKS):
+def run(c, stack=None, nodes="2", late_node=None, mount=None, attempts=None, stacks=STACKS):
     """Rehearse a Batch MNP job locally: invoke run --stack S --nodes N -- COMMAND..."""
     code = deploy.rehearse(stacks, stack, nodes, late_node,
-                        options.command_after_dashdash(sys.argv, c.remainder), mount)
+                        options.command_after_dashdash(sys.argv, c.remainder), mount, attempts)
     sys.exit(code)
 
 

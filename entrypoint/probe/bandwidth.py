@@ -8,11 +8,12 @@ Over the job's fabric (gloo over TCP on CPU nodes; NCCL on GPU nodes, one proces
 
 1. each node sends ``M`` MiB to the next node of a ring and receives from the previous one, at
    once, then the same the other way round; every node times what it received (Gbit/s);
-2. every process of the job all-reduces ``A`` MiB of float32, timed; the bus bandwidth is
-   nccl-tests' definition (algorithm bandwidth x 2(n-1)/n, GB/s), so it compares with published
-   nccl-tests figures;
+2. unless a link is already below the floor, every process of the job all-reduces ``A`` MiB of
+   float32, timed; the bus bandwidth is nccl-tests' definition (algorithm bandwidth x
+   2(n-1)/n, GB/s), so it compares with published nccl-tests figures;
 3. the nodes' figures are gathered, and each node prints one line, ``MNP_BANDWIDTH <json>``:
-   ``[{"node", "in_fwd", "in_rev", "busbw"}, ...]`` for every node.
+   ``{"nodes": [{"node", "in_fwd", "in_rev"}, ...], "busbw": GB/s or null}``; the all-reduce
+   is skipped (``null``) when a link already received less than ``--link-floor`` Gbit/s.
 
 The entrypoint itself never imports PyTorch (it uses only the standard library): this program is
 started as a child process, so the import happens only there, under ``MNP_HEALTH=full``.
@@ -38,6 +39,7 @@ def parse(argv):
     parser.add_argument("--link-mib", type=int, default=64)
     parser.add_argument("--allreduce-mib", type=int, default=256)
     parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--link-floor", type=float, default=1.0, help="Gbit/s")
     return parser.parse_args(argv)
 
 
@@ -78,6 +80,14 @@ def allreduce(torch, dist, args, world, device):
     return size / max(seconds, 1e-9) / 1e9 * 2 * (world - 1) / max(world, 1)
 
 
+def gather(torch, dist, figures, device, world):
+    """Every process's ``figures`` (four floats), in rank order."""
+    mine = torch.tensor(figures, dtype=torch.float64, device=device)
+    every = [torch.zeros(4, dtype=torch.float64, device=device) for _ in range(world)]
+    dist.all_gather(every, mine)
+    return [[x.item() for x in t] for t in every]
+
+
 def process(local, args, per_node):
     """One process of the probe: ``local`` is its GPU on this node (0 on CPU nodes)."""
     torch = importlib.import_module("torch")
@@ -91,22 +101,20 @@ def process(local, args, per_node):
                             rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=args.timeout))
     leaders = [node * per_node for node in range(args.nodes)]
-    group = dist.new_group(leaders) if per_node > 1 else None
-    figures = [float(args.node), 0.0, 0.0, 0.0]
-    dist.barrier()
-    if rank in leaders and args.nodes > 1:
-        figures[1] = ring(torch, dist, args, leaders, rank, device, 1)
-    dist.barrier()
-    if rank in leaders and args.nodes > 1:
-        figures[2] = ring(torch, dist, args, leaders, rank, device, -1)
-    figures[3] = allreduce(torch, dist, args, world, device)
-    if rank in leaders:
-        mine = torch.tensor(figures, dtype=torch.float64, device=device)
-        every = [torch.zeros(4, dtype=torch.float64, device=device) for _ in leaders]
-        dist.all_gather(every, mine, group=group)
-        reports = [{"node": int(t[0].item()), "in_fwd": t[1].item(), "in_rev": t[2].item(),
-                    "busbw": t[3].item()} for t in every]
-        sys.stdout.write("MNP_BANDWIDTH %s\n" % json.dumps(reports))
+    leader = rank in leaders
+    figures = [float(args.node), 0.0, 0.0, 1.0 if leader else 0.0]
+    for position, shift in ((1, 1), (2, -1)):
+        dist.barrier()
+        if leader and args.nodes > 1:
+            figures[position] = ring(torch, dist, args, leaders, rank, device, shift)
+    rows = [row for row in gather(torch, dist, figures, device, world) if row[3]]
+    nodes = [{"node": int(row[0]), "in_fwd": row[1], "in_rev": row[2]} for row in rows]
+    # a link already below the floor decides the verdict: no need to crawl through the
+    # all-reduce over it (every process sees the same rows, so all skip or none)
+    slow = args.nodes > 1 and min(min(r[1], r[2]) for r in rows) < args.link_floor
+    busbw = None if slow else allreduce(torch, dist, args, world, device)
+    if rank == leaders[args.node]:
+        sys.stdout.write("MNP_BANDWIDTH %s\n" % json.dumps({"nodes": nodes, "busbw": busbw}))
         sys.stdout.flush()
     dist.barrier()
     dist.destroy_process_group()

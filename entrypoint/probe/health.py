@@ -57,6 +57,11 @@ DATA_FILESYSTEMS = ("ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "overlay", "l
 # "Single-flow traffic": limited to 5 Gbps when the instances are not in one cluster placement
 # group), so a healthy node passes with room and a broken or throttled link does not.
 TCP_LINK_FLOOR_GBPS = 1.0
+# Without an instance type (a workstation, ``invoke run``'s containers on one host) there is no
+# EC2 figure to hold the link to: a fifth of gigabit Ethernet (IEEE 802.3ab), what any wired
+# host moves, still catches a throttled or broken link. Project choice.
+LOCAL_LINK_FLOOR_GBPS = 0.2
+LOCAL_SOURCE = "no instance type: a fifth of gigabit Ethernet (IEEE 802.3ab), project choice"
 # The all-reduce of ALLREDUCE_MIB over every GPU of the job, as nccl-tests reports it (bus
 # bandwidth, GB/s): half of what aws-samples/awsome-distributed-training published for 256 MiB
 # on two nodes (micro-benchmarks/nccl-tests/README.md "Results", at commit
@@ -68,7 +73,7 @@ ALLREDUCE_SOURCE = ("aws-samples/awsome-distributed-training micro-benchmarks/nc
                     "README.md Results (256 MiB all_reduce busbw on two nodes), halved")
 LINK_SOURCE = ("a fifth of the 5 Gbit/s single-flow limit, EC2 user guide "
                "ec2-instance-network-bandwidth.html")
-LINK_MIB = 64
+LINK_MIB = 32
 ALLREDUCE_MIB = 256
 # The probe as a whole (start, join, both rings, the all-reduce) is stopped after this; a link
 # too slow to move LINK_MIB in the time is reported as below LINK_MIB / FULL_BUDGET_S.
@@ -185,23 +190,23 @@ def bandwidth_plan(fabric_kind, accelerator, instance_type):
     """The full probe's backend, sizes, floors and time bound."""
     nccl = accelerator == "gpu"
     floor = ALLREDUCE_FLOORS_GBS.get(instance_type or "") if nccl else None
+    known = bool(instance_type)
     return {"backend": "nccl" if nccl else "gloo", "link_mib": LINK_MIB,
-            "allreduce_mib": ALLREDUCE_MIB, "link_floor_gbps": TCP_LINK_FLOOR_GBPS,
-            "link_source": LINK_SOURCE, "allreduce_floor_gbs": floor,
+            "allreduce_mib": ALLREDUCE_MIB,
+            "link_floor_gbps": TCP_LINK_FLOOR_GBPS if known else LOCAL_LINK_FLOOR_GBPS,
+            "link_source": LINK_SOURCE if known else LOCAL_SOURCE, "allreduce_floor_gbs": floor,
             "allreduce_source": ALLREDUCE_SOURCE if floor else None,
             "budget_s": FULL_BUDGET_S, "fabric": fabric_kind}
 
 
-def verdict(reports, probe):
-    """``(ok, line)`` from every node's report ``{"node", "in_fwd", "in_rev", "busbw"}``
-    (Gbit/s received from each ring neighbour; the all-reduce's bus bandwidth in GB/s).
-
-    A node's link figure is the best of what it sent (as measured by the two nodes that
-    received it) and the best of what it received: a node with one slow neighbour is not the
-    slow node, a node all of whose links are slow is."""
-    count = len(reports)
-    by_node = dict((r["node"], r) for r in reports)
+def link_figures(nodes):
+    """Each node's link figure (Gbit/s) from every node's ``{"node", "in_fwd", "in_rev"}``
+    (what it received from its ring neighbours): the best of what it sent (as the two nodes
+    that received it measured) and the best of what it received. A node with one slow
+    neighbour is not the slow node; a node all of whose links are slow is."""
+    by_node = dict((r["node"], r) for r in nodes)
     order = sorted(by_node)
+    count = len(order)
     figures = {}
     for pos, node in enumerate(order):
         after = by_node[order[(pos + 1) % count]]  # received this node's forward ring send
@@ -209,13 +214,19 @@ def verdict(reports, probe):
         sent = max(after["in_fwd"], before["in_rev"])
         received = max(by_node[node]["in_fwd"], by_node[node]["in_rev"])
         figures[node] = min(sent, received)
-    slowest = min(order, key=lambda n: figures[n])
-    busbw = min(r["busbw"] for r in reports) if all(r.get("busbw") for r in reports) else None
+    return figures
+
+
+def verdict(result, probe):
+    """``(ok, slowest node, line)`` from the probe's ``{"nodes": [...], "busbw"}``."""
+    figures = link_figures(result["nodes"])
+    slowest = min(sorted(figures), key=lambda n: figures[n])
     floor = probe["link_floor_gbps"]
     link_line = "node %s: %.2f Gbit/s link bandwidth, floor %.2f Gbit/s (%s)" % (
         slowest, figures[slowest], floor, probe["link_source"])
     if figures[slowest] < floor:
         return False, slowest, link_line
+    busbw = result.get("busbw")
     ar_floor = probe.get("allreduce_floor_gbs")
     if ar_floor and busbw is not None and busbw < ar_floor:
         return False, slowest, ("all-reduce bus bandwidth %.1f GB/s, floor %.1f GB/s (%s); "

@@ -74,7 +74,8 @@ def probe_argv(runner, table):
             "--port", str(probe_port(cfg)), "--nodes", str(len(table)),
             "--node", str(cfg.node_index), "--backend", plan["backend"],
             "--link-mib", str(plan["link_mib"]), "--allreduce-mib", str(plan["allreduce_mib"]),
-            "--timeout", str(int(plan["budget_s"]))]
+            "--timeout", str(int(plan["budget_s"])),
+            "--link-floor", str(plan["link_floor_gbps"])]
 
 
 def full(runner, table):
@@ -85,17 +86,18 @@ def full(runner, table):
         return None
     plan = record["bandwidth"]
     started = time.monotonic()
-    reports, why = run_probe(probe_argv(runner, table), runner.plan.environment,
-                             plan["budget_s"], runner.sup)
+    result, why = run_probe(probe_argv(runner, table), runner.plan.environment,
+                            plan["budget_s"], runner.sup)
     took = time.monotonic() - started
-    if reports is None:
+    if result is None:
         log("bandwidth probe failed after %.1fs: %s" % (took, why))
         return outcome.infrastructure(runner.node, "bandwidth probe failed: %s" % why)
-    ok, slowest, line = health.verdict(reports, plan)
-    for report in sorted(reports, key=lambda r: r["node"]):
+    ok, slowest, line = health.verdict(result, plan)
+    figures = health.link_figures(result["nodes"])
+    for report in sorted(result["nodes"], key=lambda r: r["node"]):
         log("bandwidth node %d: received %.2f Gbit/s (forward ring), %.2f Gbit/s (reverse); "
-            "all-reduce %.2f GB/s" % (report["node"], report["in_fwd"], report["in_rev"],
-                                      report["busbw"]))
+            "link figure %.2f Gbit/s" % (report["node"], report["in_fwd"], report["in_rev"],
+                                         figures[report["node"]]))
     if ok:
         log("health (MNP_HEALTH=full) bandwidth probe passed in %.1fs: %s" % (took, line))
         return None
@@ -104,7 +106,7 @@ def full(runner, table):
 
 
 def run_probe(argv, env, budget, sup):
-    """``(reports, None)`` or ``(None, why)``; the probe is killed after ``budget`` seconds."""
+    """``(result, None)`` or ``(None, why)``; the probe is killed after ``budget`` seconds."""
     env = dict(env)
     env.setdefault("PYTHONUNBUFFERED", "1")
     try:

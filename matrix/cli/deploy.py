@@ -284,7 +284,7 @@ def _local_digest_uri(matrix: Matrix, stack: str) -> str:
 
 
 def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
-             command: list[str], mounts: Any = None) -> int:
+             command: list[str], mounts: Any = None, attempts: Any = None) -> int:
     from docker.errors import ImageNotFound
 
     from matrix.deploy import rehearse as rh
@@ -294,6 +294,7 @@ def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
     count = options.nodes(nodes)
     parsed_mounts, _ = parse_all(mounts)
     late = None if late_node is None else integer(late_node, "--late-node")
+    tries = 1 if attempts is None else integer(attempts, "--attempts", 1)
     if not command:
         raise UsageError("give the job command after --, e.g. invoke run --stack cpu-tcp "
                          "--nodes 3 -- python3 /opt/mnp/examples/allreduce.py")
@@ -308,7 +309,7 @@ def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
     except ImageNotFound:
         raise UserError(f"{image} is not built; run `invoke build --stack {stack}`") from None
     return rh.rehearse(client, image, count, command, late, {}, log=console.print,
-                       mounts=parsed_mounts)
+                       mounts=parsed_mounts, attempts=tries)
 
 
 def explain(stacks_file: str, stacks: Any, instance_type: str | None, nodes: Any,
