@@ -349,14 +349,16 @@ def _final_line(path: Path) -> re.Match | None:
 
 
 def _error_line(path: Path) -> str | None:
-    """The node's last error line (an entrypoint ``error:`` or a failed health check)."""
+    """The node's own account: its final line, else its last ``error:`` line."""
+    found = _final_line(path)
+    if found is not None:
+        return found.group(0)
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:
         return None
     for line in reversed(lines):
-        if line.startswith("mnp-entrypoint[") and ("error: " in line or "health check failed"
-                                                   in line):
+        if line.startswith("mnp-entrypoint[") and "error: " in line:
             return line.split("]: ", 1)[-1]
     return None
 

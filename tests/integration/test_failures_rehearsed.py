@@ -64,8 +64,8 @@ def test_a_node_that_never_joins_is_retried_once_and_attempt_2_succeeds(docker_c
     code, lines = run(docker_client, cluster_image, tmp_path, SHOW_ATTEMPT,
                       {"MNP_WAIT_TIMEOUT": "8"}, attempts=2, node_options=never_joins)
     first, second = lines.attempts()
-    assert first.startswith("attempt 1/2: exit %d (infrastructure on node 2): node(s) 2 never "
-                            "registered within 8s" % errors.INFRASTRUCTURE_EXIT), first
+    assert first.startswith(f"attempt 1/2: exit {errors.INFRASTRUCTURE_EXIT} (infrastructure on "
+                            "node 2): node(s) 2 never registered within 8s"), first
     assert second.startswith("attempt 2/2: exit 0 (success on node 0)"), second
     assert code == 0
     ranks = [line for line in lines if line.endswith("attempt 2")]
@@ -78,7 +78,7 @@ def fake_gpus(counts, shm="9g"):
     of the size the instance type promises; ``counts`` says how many GPUs per node."""
     def options(attempt, index):
         count = counts.get(index, 4)
-        return {"devices": ["/dev/null:/dev/nvidia%d:rwm" % n for n in range(count)],
+        return {"devices": [f"/dev/null:/dev/nvidia{n}:rwm" for n in range(count)],
                 "shm_size": shm}
     return options
 
@@ -92,9 +92,9 @@ def test_a_node_with_fewer_gpus_than_its_type_promises_fails_basic(docker_client
     (attempt,) = lines.attempts()
     assert attempt.startswith("attempt 1/1: exit 200 (infrastructure on node 2): "), attempt
     # the failing node's own line: what it has, where it looked, and the row it compared with
-    assert ("node 2 says: error: health check failed on node 2: GPUs: 3 found (/dev/nvidia[0-9]* "
-            "(3 devices)), fewer than the 4 the instance type promises "
-            "(matrix/model/instances.yaml row g5.12xlarge: gpus 4)") in attempt, attempt
+    assert ("node 2 says: exit 200 (infrastructure on node 2): health check failed on node 2: "
+            "GPUs: 3 found (/dev/nvidia[0-9]* (3 devices)), fewer than the 4 the instance type "
+            "promises (matrix/model/instances.yaml row g5.12xlarge: gpus 4)") in attempt, attempt
     assert not [line for line in lines if line.startswith("attempt 1")
                 and "(infrastructure on node 0)" in line]
 
