@@ -217,9 +217,10 @@ class BatchNodes(object):
         comment = "mnp-%s-node%d" % (rendezvous.job_base(cfg.job_id) or "job", cfg.node_index)
         return ssh.prepare_server(self.paths, cfg.ssh_port, self.user, comment)
 
-    def register(self, host_pub):
+    def register(self, host_pub, why="error"):
         """Register with the main node and report ready: the started ``Client``, or the
-        ``Outcome`` when that failed (rejected: configuration; unreachable: infrastructure)."""
+        ``Outcome`` when that failed (rejected: configuration; unreachable: infrastructure).
+        ``why`` starts the line that says it failed."""
         cfg = self.cfg
         interval, timeout = self.hb()
         client = rendezvous.Client(cfg.secret, cfg.main_address, cfg.rendezvous_port, {
@@ -230,12 +231,12 @@ class BatchNodes(object):
             welcome = client.register(None, timeout=cfg.wait_timeout,
                                       stop=lambda: self.sup.signal_received is not None)
         except rendezvous.Rejected as exc:
-            log("error: %s" % exc)
+            log("%s: %s" % (why, exc))
             return outcome.configuration(self.node, str(exc))
         except rendezvous.RendezvousError as exc:
             if self.sup.signal_received:
                 return outcome.stopped(self.node, self.sup.signal_received)
-            log("error: %s" % exc)
+            log("%s: %s" % (why, exc))
             return outcome.infrastructure(self.node, "could not register with the main node "
                                           "%s: %s" % (cfg.main_address, exc))
         if self.need_ssh:
@@ -256,7 +257,7 @@ class BatchNodes(object):
         code, so the main node ends the job at once and names this node (instead of waiting
         ``MNP_WAIT_TIMEOUT`` for it); then waits for ``done`` a short while."""
         self.make_state_dir()
-        client = self.register(self.child_host_key())
+        client = self.register(self.child_host_key(), "could not tell the main node")
         if isinstance(client, outcome.Outcome):
             return failed
         try:
