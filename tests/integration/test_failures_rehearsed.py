@@ -11,6 +11,7 @@ and a tc qdisc throttling one node's link on the network the rehearsal made.
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,14 @@ def test_an_unthrottled_job_passes_full(docker_client, cluster_image, tmp_path):
                       {"MNP_HEALTH": "full"})
     assert code == 0, lines
     assert [line for line in lines if "bandwidth probe passed" in line], lines
+
+
+@pytest.mark.slow
+def test_invoke_run_attempts_stops_on_a_user_failure(cpu_tcp_image):
+    """The same through the command line: `invoke run --nodes 3 --attempts 2`."""
+    proc = subprocess.run([sys.executable, "-m", "invoke", "run", "--stack", "cpu-tcp", "--nodes",
+                           "3", "--attempts", "2", "--", *EXIT3], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 3, (proc.stdout[-2000:], proc.stderr[-2000:])
+    attempts = [line for line in proc.stdout.splitlines() if line.startswith("attempt ")]
+    assert len(attempts) == 1 and attempts[0].startswith("attempt 1/2: exit 3 (user on node ")
