@@ -27,6 +27,8 @@ ONE = dict(HELP, stack="a stack by name (default: default_stack of the stacks fi
 JSON = "print JSON instead of a table"
 MOUNT_HELP = ("HOST_PATH:CONTAINER_PATH[:ro], a host folder (e.g. FSx for Lustre at /fsx) at the "
               "same path on every node; repeat (default: none)")
+ATTEMPTS_HELP = ("runs of the job, 1 to 10 (default 2): infrastructure failures (exit 200, a lost "
+                 "host) are retried, a failing command never")
 
 
 @task(help={"stacks": HELP["stacks"], "json": JSON,
@@ -34,7 +36,7 @@ MOUNT_HELP = ("HOST_PATH:CONTAINER_PATH[:ro], a host folder (e.g. FSx for Lustre
             "instance_types": "print only the instance table's types, one a line (completion)",
             "launchers": "print only the launcher names, one a line (completion)",
             "values": "print only the values --OPTION takes, one a line (completion): "
-                      "scheduler, kind or rdzv"})
+                      "scheduler, kind or rdzv (default: none, the stacks are shown)"})
 @options.user_errors
 def stacks(c, stacks=STACKS, json=False, names=False, instance_types=False, launchers=False,
            values=None):
@@ -146,17 +148,18 @@ def push(c, stack=None, registry=None, force=False, stacks=STACKS):
             "register": "call batch:RegisterJobDefinition",
             "region": "AWS region for --register (default: the AWS configuration's)",
             "profile": "AWS profile for --register (default: the AWS configuration's)",
-            "mount": MOUNT_HELP, "stacks": HELP["stacks"]},
+            "mount": MOUNT_HELP, "attempts": ATTEMPTS_HELP, "stacks": HELP["stacks"]},
       iterable=["stack", "mount"])
 @options.user_errors
 def jobdef(c, stack=None, nodes=None, instance_type=None, image_uri=None, secret_arn=None,
            execution_role_arn=None, launcher="mpirun", output=None, register=False,
-           region=None, profile=None, mount=None, stacks=STACKS):
+           region=None, profile=None, mount=None, attempts=None, stacks=STACKS):
     """Write an AWS Batch multi-node job definition for a stack (validated with botocore):
     invoke jobdef --stack S --nodes N --instance-type T [...] -- CMD..."""
     deploy.jobdef(stacks, stack, nodes, instance_type, image_uri, secret_arn,
                   execution_role_arn, launcher, output, register,
-                  options.command_after_dashdash(sys.argv, c.remainder), region, profile, mount)
+                  options.command_after_dashdash(sys.argv, c.remainder), region, profile, mount,
+                  attempts)
 
 
 GENERATOR_HELP = {
@@ -186,26 +189,31 @@ def sbatch(c, stack=None, nodes=None, instance_type=None, image_uri=None, launch
                 pvc="CLAIM:PATH[:ro], a persistent volume claim at PATH in every pod; repeat "
                     "(default: none)",
                 elastic="MIN:MAX nodes of an elastic pytorchjob (c10d rendezvous; default: a "
-                        "static job of --nodes)"),
+                        "static job of --nodes)",
+                attempts="runs of a pytorchjob or mpijob, 1 to 10 (default 2; backoffLimit is "
+                         "one less): see docs/entrypoint.md Retries"),
       iterable=["stack", "mount", "pvc"])
 @options.user_errors
 def k8s(c, kind=None, stack=None, nodes=None, instance_type=None, image_uri=None, pvc=None,
-        mount=None, elastic=None, output=None, stacks=STACKS):
+        mount=None, elastic=None, output=None, attempts=None, stacks=STACKS):
     """Write a Kubeflow PyTorchJob, TrainJob or MPIJob (checked against the CRD schemas):
     invoke k8s --kind K --stack S --nodes N --instance-type T [...] -- CMD..."""
     deploy.k8s(stacks, stack, kind, nodes, instance_type, image_uri, elastic, output,
-               options.command_after_dashdash(sys.argv, c.remainder), mount, pvc)
+               options.command_after_dashdash(sys.argv, c.remainder), mount, pvc, attempts)
 
 
 @task(help={"stack": ONE["stack"], "nodes": "number of nodes (containers), default 2",
             "late_node": "index of a node started late (default: none)", "mount": MOUNT_HELP,
+            "attempts": "runs, as Batch retries the job definition of invoke jobdef: again "
+                        "after the infrastructure code 200, never after a failing command "
+                        "(default 1)",
             "stacks": HELP["stacks"]},
       iterable=["stack", "mount"])
 @options.user_errors
-def run(c, stack=None, nodes="2", late_node=None, mount=None, stacks=STACKS):
+def run(c, stack=None, nodes="2", late_node=None, mount=None, attempts=None, stacks=STACKS):
     """Rehearse a Batch MNP job locally: invoke run --stack S --nodes N -- COMMAND..."""
     code = deploy.rehearse(stacks, stack, nodes, late_node,
-                        options.command_after_dashdash(sys.argv, c.remainder), mount)
+                        options.command_after_dashdash(sys.argv, c.remainder), mount, attempts)
     sys.exit(code)
 
 

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from entrypoint.core import errors
 from entrypoint.core.errors import StartupError
 from entrypoint.launchers import base
 from entrypoint.plan import envtable
@@ -188,6 +189,29 @@ def test_the_preflight_section_quotes_the_codes_words():
     assert f"error: {prefix}: fi_info -p efa -t FI_EP_RDM finds no efa provider (exit 1: " in text
     assert f"`{missing}`" in text, missing
     assert f"within {preflight.TIMEOUT:g} s" in text
-    # the exit code table names the preflight under 1 (a StartupError; test_ep_preflight runs it)
-    row = [r for r in table("| code | when |") if r[0] == "1"]
-    assert len(row) == 1 and "the EFA preflight failed" in row[0][1]
+    # the failure-class table names the preflight under infrastructure (test_ep_preflight runs
+    # it); a node without any plugin is a configuration failure (StartupError)
+    assert info.value.exit_code == errors.CONFIGURATION_EXIT
+    row = [r for r in table(CLASSES_HEADER) if r[0] == errors.INFRASTRUCTURE]
+    assert len(row) == 1 and "the EFA preflight failed" in row[0][2]
+
+
+# -- the failure classes (entrypoint/core/errors.py) ---------------------------------------------
+
+CLASSES_HEADER = "| class | exit code | when | retried |"
+
+
+def test_the_failure_class_table_is_the_codes():
+    rows = table(CLASSES_HEADER)
+    assert [r[0] for r in rows] == [c["class"] for c in errors.CLASSES]
+    for row, cls in zip(rows, errors.CLASSES):
+        assert row[1] == cls["code"], row
+        assert row[2] == cls["when"], row
+        assert row[3] == ("yes" if cls["retried"] else "no"), row
+    assert str(errors.INFRASTRUCTURE_EXIT) in [r[1] for r in rows]
+
+
+def test_the_failure_class_check_fails_on_an_old_table():
+    old = doc_text().replace("| infrastructure | 200 |", "| infrastructure | 1 |")
+    with pytest.raises(AssertionError):
+        assert [r[1] for r in table(CLASSES_HEADER, old)] == [c["code"] for c in errors.CLASSES]

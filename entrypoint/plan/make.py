@@ -18,7 +18,7 @@ import shlex
 from .. import launchers
 from ..core.nodes import NodeInfo
 from ..launchers import base, mpi
-from ..probe import fabric, preflight
+from ..probe import fabric, health, preflight
 from . import checks, hostfile, roles
 from . import env as planenv
 from .record import PLAN_VERSION, Plan, redact, redact_lines  # noqa: F401 (the plan's record)
@@ -85,6 +85,7 @@ def make_plan(cfg, facts, command, user_env, table=None, hostfiles=None):
     planenv.table_rows(plan, env, facts)
     planenv.libraries(plan, env, plan.fabric["kind"], facts)
     master, np = planenv.wiring(env, cfg, facts, table, hostfiles, need_ssh)
+    _attempt_and_health(plan, env, cfg, facts)
     checks.node_limits(plan, facts, plan.fabric["kind"])
     if cfg.mode == "main" and cfg.rendezvous and unit.needs_ssh:  # torchrun has no hostfile
         checks.duplicate_addresses(plan, table)
@@ -109,6 +110,18 @@ def make_plan(cfg, facts, command, user_env, table=None, hostfiles=None):
     plan.env = [dict(e) for e in env.entries if full.get(e["name"]) == e["value"]
                 or e["name"] == "LD_LIBRARY_PATH"]
     return plan
+
+
+def _attempt_and_health(plan, env, cfg, facts):
+    """``MNP_ATTEMPT`` for the command, and the start-up health gate's checks (issue 24)."""
+    env.set("MNP_ATTEMPT", str(cfg.attempt), "which attempt of the job this is (1 first): above "
+            "1, resume from your last checkpoint", cfg.attempt_source)
+    kind = plan.fabric["kind"]
+    plan.health = health.plan_record(cfg.health, health.checks(cfg.health, facts, kind), kind,
+                                     facts.accelerator, facts.instance_type)
+    if cfg.health == "full" and cfg.num_nodes > 1 and not facts.versions.get("pytorch"):
+        plan.problems.append("MNP_HEALTH=full needs PyTorch in the image (the bandwidth probe "
+                             "runs torch.distributed); use MNP_HEALTH=basic")
 
 
 def _describe(plan, cfg, facts):

@@ -7,8 +7,9 @@ JSON shape (``to_dict``; ``version`` is bumped when a key changes meaning):
 "env": [{"name", "value", "reason", "source"}], "not_set": [{"name", "reason"}],
 "kept": [...], "mca": [[name, value, source]], "files": [{"path", "content", "why"}],
 "rendezvous": str | null, "ssh": str | null, "problems": [...], "notes": [...],
-"preflight": [{"kind", "check", "argv"}], "environment": {name: value}}`` (secrets redacted).
-``preflight`` lists the checks a real run makes before any rank starts (``probe.preflight``).
+"preflight": [{"kind", "check", "argv"}], "health": {...}, "environment": {name: value}}``
+(secrets redacted). ``preflight`` lists the checks a real run makes before any rank starts
+(``probe.preflight``); ``health`` the start-up health gate (``probe.health.plan_record``).
 """
 
 import re
@@ -89,6 +90,7 @@ class Plan(object):
         self.problems = []
         self.notes = []
         self.preflight = []  # checks run before any rank starts (EFA plans)
+        self.health = None  # the start-up health gate (probe.health.plan_record)
         self.environment = {}  # the command's full environment
 
     @property
@@ -104,7 +106,7 @@ class Plan(object):
             "kept": self.kept, "mca": [list(m) for m in self.mca],
             "files": [dict(f, content=redact_lines(f["content"])) for f in self.files],
             "rendezvous": self.rendezvous, "ssh": self.ssh, "problems": self.problems,
-            "notes": self.notes, "preflight": self.preflight,
+            "notes": self.notes, "preflight": self.preflight, "health": self.health,
             "environment": dict((k, redact(k, v)) for k, v in self.environment.items()),
         }
 
@@ -161,8 +163,29 @@ class Plan(object):
             lines.append("command: %s" % " ".join(shlex.quote(a) for a in self.argv))
         lines.extend("preflight (a real run checks this before any rank starts): %s"
                      % check["check"] for check in self.preflight)
+        lines.extend(self._health_lines())
         lines.extend("PROBLEM (a real run stops here): %s" % p for p in self.problems)
         lines.extend("note: %s" % note for note in self.notes)
+        return lines
+
+    def _health_lines(self):
+        """The start-up health gate: each check with the instance table row it compares with."""
+        gate = self.health
+        if not gate:
+            return []
+        lines = ["health (MNP_HEALTH=%s): %s" % (gate["mode"], "no checks" if gate["mode"] ==
+                                                 "off" else gate["free_space"])]
+        lines.extend("  health check: %s found %s, expected >= %s (%s)"
+                     % (c["check"], c["found"], c["expected"], c["row"]) for c in gate["checks"])
+        probe = gate.get("bandwidth")
+        if probe:
+            lines.append("  bandwidth probe (%s, at most %gs): %d MiB ring links >= %g Gbit/s "
+                         "(%s), %d MiB all-reduce%s" % (
+                             probe["backend"], probe["budget_s"], probe["link_mib"],
+                             probe["link_floor_gbps"], probe["link_source"],
+                             probe["allreduce_mib"], " >= %g GB/s (%s)" % (
+                                 probe["allreduce_floor_gbs"], probe["allreduce_source"])
+                             if probe["allreduce_floor_gbs"] else ""))
         return lines
 
     def _environment_lines(self):

@@ -10,13 +10,22 @@ the flow (probe, plan, launcher supervision) is shared with every other role.
 import shlex
 import time
 
-from ..core.errors import StartupError
+from ..core.errors import (
+    CONFIGURATION_EXIT,
+    INFRASTRUCTURE_EXIT,
+    InfrastructureError,
+    JobFailure,
+    StartupError,
+)
 from ..core.log import log
 from ..plan import hostfile
 from ..rendezvous import server as rendezvous
-from . import ssh
+from . import gate, outcome, ssh
 
 CHILD_FINISH_WAIT = 60.0
+# After the main node's launcher failed, how long to listen for a child lost at the same moment
+# (a container that died resets its connection at once): the job then failed because of it.
+LOST_GRACE = 2.0
 
 
 class BatchNodes(object):
@@ -45,34 +54,46 @@ class BatchNodes(object):
         try:
             server.start()
         except OSError as exc:
-            raise StartupError("cannot listen on rendezvous port %d: %s"
+            raise InfrastructureError("cannot listen on rendezvous port %d: %s"
                                % (cfg.rendezvous_port, exc)) from None
         try:
-            table = self.wait_for_children(server, main_info, sshd)
-            if table is None:
-                code = 128 + self.sup.signal_received if self.sup.signal_received else 1
-                server.done(code)
-                return code
-            hostfiles = hostfile.write_all(cfg.state_dir, table)
-            if self.need_ssh:
-                ssh.write_known_hosts(self.paths, table, cfg.ssh_port, self.user)
-            log("all %d nodes registered; hostfile %s:" % (len(table), hostfiles["openmpi"]))
-            for line in hostfile.render_openmpi(table).splitlines():
-                log("  " + line)
-            plan = self.make_plan(table, hostfiles)
             try:
-                self.prepare(plan)
-            except StartupError as exc:
+                ended = self.main_after_start(server, main_info, sshd)
+            except JobFailure as exc:
                 log("error: %s" % exc)
-                server.done(1)
-                return 1
-            code = self.run_launcher(plan, server=server)
-            server.done(code)
-            return code
+                ended = outcome.of_error(exc, self.node)
+            server.done(ended.code)
+            return ended
         finally:
             server.stop()
 
+    def main_after_start(self, server, main_info, sshd):
+        """Every child registered, hostfiles, the full health gate, the launcher: the
+        ``Outcome`` the main node sends its children with ``done``."""
+        cfg = self.cfg
+        table = self.wait_for_children(server, main_info, sshd)
+        if not isinstance(table, list):
+            return table  # how waiting ended: a signal, a missing node, a failed node
+        hostfiles = hostfile.write_all(cfg.state_dir, table)
+        if self.need_ssh:
+            ssh.write_known_hosts(self.paths, table, cfg.ssh_port, self.user)
+        log("all %d nodes registered; hostfile %s:" % (len(table), hostfiles["openmpi"]))
+        for line in hostfile.render_openmpi(table).splitlines():
+            log("  " + line)
+        plan = self.make_plan(table, hostfiles)
+        try:
+            self.prepare(plan)
+        except StartupError as exc:
+            log("error: %s" % exc)
+            return outcome.configuration(self.node, str(exc))
+        failed = gate.full(self, table)
+        if failed is not None:
+            return failed
+        return self.run_launcher(plan, server=server)
+
     def wait_for_children(self, server, main_info, sshd):
+        """The node table once every child is ready, or the ``Outcome`` that ended the wait: a
+        signal, a node that never registered, a node that failed its start-up checks."""
         cfg = self.cfg
         start = time.monotonic()
         deadline = start + cfg.wait_timeout
@@ -83,10 +104,14 @@ class BatchNodes(object):
             now = time.monotonic()
             if self.sup.signal_received:
                 log("signal %d while waiting for nodes: stopping" % self.sup.signal_received)
-                return None
+                return outcome.stopped(self.node, self.sup.signal_received)
             if sshd is not None and not self._alive(sshd):
-                raise StartupError("sshd exited with %s while waiting for nodes" % sshd.code)
+                raise InfrastructureError("sshd exited with %s while waiting for nodes"
+                                          % sshd.code)
             missing = server.wait(min(0.5, max(0.0, deadline - now)))
+            failed = self._failed_while_waiting(server)
+            if failed is not None:
+                return failed
             if not missing:
                 table = server.go(self.go_payload, main_info)
                 if table is not None:
@@ -94,29 +119,48 @@ class BatchNodes(object):
                     return table
                 continue
             if time.monotonic() >= deadline:
-                log("timed out after %gs: node(s) %s never registered (registered: %s); "
-                    "see MNP_WAIT_TIMEOUT" % (cfg.wait_timeout, ", ".join(map(str, missing)),
-                                             ", ".join(str(i) for i in sorted(server.ready))
-                                             or "none"))
-                return None
+                return self._never_registered(server, missing)
             if now >= next_note:
                 next_note = now + 30
                 log("still waiting for node(s) %s (%ds left)"
                     % (", ".join(map(str, missing)), deadline - now))
 
+    def _failed_while_waiting(self, server):
+        """A child that registered and then reported a failure (its start-up health checks):
+        the job ends now instead of at the wait timeout."""
+        while True:
+            event = server.next_event(0)
+            if event is None:
+                return None
+            kind, index, value = event
+            if kind == "exit" and value != 0:
+                log("node %d failed before the job started (exit code %d)" % (index, value))
+                return outcome.of_child(index, value)
+
+    def _never_registered(self, server, missing):
+        cfg = self.cfg
+        names = ", ".join(map(str, missing))
+        reason = ("node(s) %s never registered within %gs (registered: %s); see MNP_WAIT_TIMEOUT"
+                  % (names, cfg.wait_timeout,
+                     ", ".join(str(i) for i in sorted(server.ready)) or "none"))
+        log("timed out after %gs: %s" % (cfg.wait_timeout, reason))
+        return outcome.infrastructure(",".join(map(str, missing)), reason)
+
     def go_payload(self, table):
         return {"nodes": [[n.index, n.address, n.slots] for n in table]}
 
     def _child_event(self, event, children_done):
+        """A running-phase event as the job's failure ``Outcome``, or ``None``."""
         kind, index, value = event
         if kind == "lost":
             if index is None:  # the rendezvous server itself stopped: value is its reason
-                return value
-            return "node %s lost (%s)" % (index, value)
+                return outcome.infrastructure(self.node, value)
+            return outcome.infrastructure(index, "node %s lost (%s)" % (index, value))
         if kind == "exit":
             children_done[index] = value
             if value != 0:
-                return "node %d failed (exit code %d)" % (index, value)
+                log("node %d failed (exit code %d)" % (index, value))
+                return outcome.of_child(index, value)
         return None
 
     def _wait_children_finish(self, server, children_done):
@@ -128,26 +172,56 @@ class BatchNodes(object):
             event = server.next_event(0.2)
             if event is not None:
                 failure = self._child_event(event, children_done)
-                if failure:
+                if failure is not None:
                     return failure
         missing = sorted(want - set(children_done))
         if missing:
-            return "node(s) %s did not finish within %gs of the main node" % (
-                ", ".join(map(str, missing)), CHILD_FINISH_WAIT)
+            return outcome.infrastructure(",".join(map(str, missing)), (
+                "node(s) %s did not finish within %gs of the main node"
+                % (", ".join(map(str, missing)), CHILD_FINISH_WAIT)))
+        return None
+
+    def _lost_meanwhile(self, server, children_done):
+        """A child lost or failed while the launcher failed, within ``LOST_GRACE``."""
+        deadline = time.monotonic() + LOST_GRACE
+        while time.monotonic() < deadline:
+            event = server.next_event(0.1)
+            if event is not None:
+                failure = self._child_event(event, children_done)
+                if failure is not None:
+                    return failure
         return None
 
     # -- child node ------------------------------------------------------------------------
     def run_child(self):
-        cfg = self.cfg
         if not self.local_launcher and self.command:
             log("the main node launches the job over SSH; this node ignores its command (%s)"
                 % " ".join(shlex.quote(a) for a in self.command))
-        comment = "mnp-%s-node%d" % (rendezvous.job_base(cfg.job_id) or "job", cfg.node_index)
-        host_pub = ""
         sshd = None
+        host_pub = self.child_host_key()
         if self.need_ssh:
-            host_pub = ssh.prepare_server(self.paths, cfg.ssh_port, self.user, comment)
             sshd = self.start_sshd()
+        client = self.register(host_pub)
+        if isinstance(client, outcome.Outcome):
+            return client
+        try:
+            return self.child_loop(client, sshd)
+        finally:
+            client.close()
+
+    def child_host_key(self):
+        """This child's SSH host key (made fresh for the job), "" without SSH."""
+        cfg = self.cfg
+        if not self.need_ssh:
+            return ""
+        comment = "mnp-%s-node%d" % (rendezvous.job_base(cfg.job_id) or "job", cfg.node_index)
+        return ssh.prepare_server(self.paths, cfg.ssh_port, self.user, comment)
+
+    def register(self, host_pub, why="error"):
+        """Register with the main node and report ready: the started ``Client``, or the
+        ``Outcome`` when that failed (rejected: configuration; unreachable: infrastructure).
+        ``why`` starts the line that says it failed."""
+        cfg = self.cfg
         interval, timeout = self.hb()
         client = rendezvous.Client(cfg.secret, cfg.main_address, cfg.rendezvous_port, {
             "job": cfg.job_id, "index": cfg.node_index, "addr": self.facts.address,
@@ -157,71 +231,114 @@ class BatchNodes(object):
             welcome = client.register(None, timeout=cfg.wait_timeout,
                                       stop=lambda: self.sup.signal_received is not None)
         except rendezvous.Rejected as exc:
-            log("error: %s" % exc)
-            return 1
+            log("%s: %s" % (why, exc))
+            return outcome.configuration(self.node, str(exc))
         except rendezvous.RendezvousError as exc:
             if self.sup.signal_received:
-                return 128 + self.sup.signal_received
-            log("error: %s" % exc)
-            return 1
+                return outcome.stopped(self.node, self.sup.signal_received)
+            log("%s: %s" % (why, exc))
+            return outcome.infrastructure(self.node, "could not register with the main node "
+                                          "%s: %s" % (cfg.main_address, exc))
         if self.need_ssh:
             key = welcome.get("client_key") or ""
             if not rendezvous.HOST_KEY_RE.match(key):
-                log("error: the main node sent no usable SSH client key")
-                return 1
+                client.close()
+                return outcome.infrastructure(self.node, "the main node sent no usable SSH "
+                                              "client key")
             ssh.authorize(self.paths, key, self.environ)
         client.ready()
         client.start()
         log("registered with the main node %s:%d after %d attempt(s)"
             % (cfg.main_address, cfg.rendezvous_port, client.attempts))
+        return client
+
+    def report_failed_child(self, failed):
+        """A child that failed its start-up checks registers anyway and reports the failure's
+        code, so the main node ends the job at once and names this node (instead of waiting
+        ``MNP_WAIT_TIMEOUT`` for it); then waits for ``done`` a short while."""
+        self.make_state_dir()
+        client = self.register(self.child_host_key(), "could not tell the main node")
+        if isinstance(client, outcome.Outcome):
+            return failed
         try:
-            return self.child_loop(client, sshd)
+            client.report_exit(failed.code)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not self.sup.signal_received:
+                event = client.next_event(0.2)
+                if event is not None and event[0] in ("done", "lost"):
+                    break
         finally:
             client.close()
+        return failed
 
     def child_loop(self, client, sshd):
+        """Serve the job until the main node says ``done`` (or is lost, or a signal)."""
         cfg = self.cfg
-        launcher = None
-        reported = False
+        state = {"launcher": None, "reported": False}
         while True:
             self.sup.reap()
             if self.sup.signal_received:
                 sig = self.sup.signal_received
                 log("signal %d: stopping" % sig)
-                if not reported:
+                if not state["reported"]:
                     client.report_exit(128 + sig)
                 self.sup.stop_all(min(cfg.stop_timeout, 10))
-                return 128 + sig
-            if sshd is not None and not sshd.running and not reported:
-                log("sshd exited with %d: telling the main node" % sshd.code)
-                client.report_exit(sshd.code or 1)
-                reported = True
-            if launcher is not None and not launcher.running and not reported:
-                log("launcher exited with %d" % launcher.code)
-                client.report_exit(launcher.code)
-                reported = True
+                return outcome.stopped(self.node, sig)
+            self._child_report(client, sshd, state)
             event = client.next_event(0.1)
             if event is None:
                 continue
-            kind, payload = event
-            if kind == "go" and self.local_launcher and launcher is None:
-                table = [rendezvous.NodeInfo(i, a, s, "") for i, a, s in payload.get("nodes", [])]
-                plan = self.make_plan(table, None)
-                launcher = self.start_launcher(plan) if not plan.problems else None
-                if plan.problems:
-                    log("error: %s" % plan.problems[0])
-                if launcher is None:
-                    client.report_exit(127)
-                    reported = True
-            elif kind == "go":
+            ended = self._child_message(client, event, state)
+            if ended is not None:
+                return ended
+
+    def _child_report(self, client, sshd, state):
+        """Tell the main node once when sshd or the local launcher ended."""
+        if state["reported"]:
+            return
+        launcher = state["launcher"]
+        if sshd is not None and not sshd.running:
+            log("sshd exited with %d: telling the main node" % sshd.code)
+            client.report_exit(INFRASTRUCTURE_EXIT)
+            state["reported"] = True
+        elif launcher is not None and not launcher.running:
+            log("launcher exited with %d" % launcher.code)
+            client.report_exit(launcher.code)
+            state["reported"] = True
+
+    def _child_message(self, client, event, state):
+        """Act on one message from the main node; the child's ``Outcome`` when it ends."""
+        kind, payload = event
+        launcher = state["launcher"]
+        if kind == "go" and self.local_launcher and launcher is None:
+            table = [rendezvous.NodeInfo(i, a, s, "") for i, a, s in payload.get("nodes", [])]
+            if gate.full(self, table) is not None:
+                return None  # the main node names the slow node and ends the job
+            plan = self.make_plan(table, None)
+            if plan.problems:
+                log("error: %s" % plan.problems[0])
+                client.report_exit(CONFIGURATION_EXIT)
+                state["reported"] = True
+                return None
+            state["launcher"] = self.start_launcher(plan)
+            if state["launcher"] is None:
+                client.report_exit(127)
+                state["reported"] = True
+        elif kind == "go":
+            table = [rendezvous.NodeInfo(i, a, s, "") for i, a, s in payload.get("nodes", [])]
+            if gate.full(self, table) is None:
                 log("all nodes registered; serving SSH for the main node's launcher")
-            elif kind == "done":
-                log("the main node reports the job ended (exit code %s): stopping"
-                    % payload.get("status"))
-                own = launcher.code if launcher is not None and not launcher.running else None
-                self.sup.stop_all(5)
-                return own if own else 0
-            elif kind == "lost":
-                log("lost the main node (%s): stopping" % payload)
-                self.sup.stop_all(5)
-                return 1
+        elif kind == "done":
+            log("the main node reports the job ended (exit code %s): stopping"
+                % payload.get("status"))
+            own = launcher.code if launcher is not None and not launcher.running else None
+            self.sup.stop_all(5)
+            if own:
+                return outcome.of_command(own, self.node)
+            return outcome.success(self.node, "this node's part ended; the main node reports "
+                                   "exit code %s" % payload.get("status"))
+        elif kind == "lost":
+            log("lost the main node (%s): stopping" % payload)
+            self.sup.stop_all(5)
+            return outcome.infrastructure(self.node, "lost the main node (%s)" % payload)
+        return None

@@ -40,14 +40,14 @@ import sys
 import time
 
 from ..core import log as log_mod
-from ..core.errors import StartupError, UsageError
+from ..core.errors import InfrastructureError, JobFailure, StartupError, UsageError
 from ..core.log import log, out, set_role
 from ..plan import hostfile
 from ..plan import make as plan_mod
 from ..probe import fabric, facts, netaddr, preflight
 from ..rendezvous import server as rendezvous
 from ..settings import config
-from . import lifecycle, ssh, worker
+from . import gate, lifecycle, outcome, ssh, worker
 from .batchnodes import BatchNodes
 
 SECRET_VARIABLES = ("MNP_SECRET", "MNP_SECRET_FILE")
@@ -161,7 +161,13 @@ class Runner(BatchNodes):
             out(plan.text())
         return 1 if plan.problems else 0
 
+    @property
+    def node(self):
+        """This node's name in the final line: its index in the job."""
+        return self.cfg.node_index
+
     def run(self):
+        """Probe, plan and run this node's part; the ``Outcome`` (an ``int`` for a dry run)."""
         cfg = self.cfg
         if not self.command and cfg.mode != "worker":  # an MPIJob worker only serves SSH
             # Every node, children included: the image has no default command, so a job
@@ -176,42 +182,52 @@ class Runner(BatchNodes):
         except lifecycle.Interrupted as exc:
             log("signal %d while probing the node: stopping before anything started"
                 % exc.signum)
-            return 128 + exc.signum
+            return outcome.stopped(self.node, exc.signum)
         finally:
             self.sup.interruptible = False
         if self.sup.signal_received:
-            return 128 + self.sup.signal_received
+            return outcome.stopped(self.node, self.sup.signal_received)
         if cfg.dry_run:
             return self.dry_run()
         self.describe()
         if self.plan.problems:  # a line in the dry run, an error when running
             raise StartupError(self.plan.problems[0])
-        self.check_preflight()
         try:
-            if cfg.mode == "worker":
-                return worker.serve(self)
-            if not cfg.rendezvous:
-                return self.run_single()
-            if cfg.secret is None:
-                log("WARNING: MNP_SECRET is not set: any host that can reach port %d could join "
-                    "this job. Set MNP_SECRET (e.g. from Secrets Manager) on every node."
-                    % cfg.rendezvous_port)
-            self.make_state_dir()
-            if cfg.mode == "main":
-                return self.run_main()
-            return self.run_child()
+            return self.run_role()
         finally:
             self.sup.stop_all(2)
 
+    def run_role(self):
+        """After the plan: the start-up checks, then this node's role."""
+        cfg = self.cfg
+        failed = gate.basic(self)  # a child reports its failure to the main node
+        if failed is not None:
+            return failed
+        if cfg.mode == "worker":
+            return outcome.of_command(worker.serve(self), self.node, "sshd")
+        if not cfg.rendezvous:
+            return self.run_single()
+        if cfg.secret is None:
+            log("WARNING: MNP_SECRET is not set: any host that can reach port %d could join "
+                "this job. Set MNP_SECRET (e.g. from Secrets Manager) on every node."
+                % cfg.rendezvous_port)
+        self.make_state_dir()
+        if cfg.mode == "main":
+            return self.run_main()
+        return self.run_child()
+
     def check_preflight(self):
         """The EFA preflight (``preflight``) on this node, before sshd, the rendezvous or any
-        rank: what is missing is one line and exit 1, never a silent fall-back to sockets."""
+        rank: what is missing is one line and the infrastructure code (a plugin the image lacks:
+        configuration), never a silent fall-back to sockets."""
         if not self.plan.preflight:
             return
         failures = preflight.run(self.plan.preflight, self.plan.environment)
         if failures:
-            raise StartupError("EFA preflight failed before any rank started: %s"
-                               % "; ".join(failures))
+            message = "EFA preflight failed before any rank started: %s" % "; ".join(failures)
+            if any(c["argv"] is None for c in self.plan.preflight):
+                raise StartupError(message)  # nothing to load: the image has no plugin
+            raise InfrastructureError(message)
         log("EFA preflight passed: %s" % "; ".join(c["check"] for c in self.plan.preflight))
 
     def make_state_dir(self):
@@ -246,7 +262,7 @@ class Runner(BatchNodes):
         proc = self.sup.spawn("sshd", ssh.sshd_argv(sshd, self.paths))
         if not ssh.wait_listening(self.paths.pid_file, self.cfg.ssh_port, 15,
                                   alive=lambda: self._alive(proc)):
-            raise StartupError("sshd did not start listening on port %d (exit code %s)"
+            raise InfrastructureError("sshd did not start listening on port %d (exit code %s)"
                                % (self.cfg.ssh_port, proc.code))
         log("sshd listening on port %d" % self.cfg.ssh_port)
         return proc
@@ -273,17 +289,37 @@ class Runner(BatchNodes):
             return None
 
     def run_launcher(self, plan, server):
-        cfg = self.cfg
+        """Start the plan's launcher and supervise it (on the main node also the children's
+        events); the run's ``Outcome``."""
         launcher = self.start_launcher(plan)
         if launcher is None:
-            return 127
-        failure = None
-        escalated = False
+            return outcome.of_command(127, self.node, "%s (it cannot be started)" % plan.argv[0])
         children_done = {}
+        failure = self.supervise(launcher, server, children_done)
+        code = launcher.code
+        log("launcher exited with %d" % code)
+        lifecycle.end_group(launcher.pid, 2.0, self.sup.reap)
+        if failure is None and server is not None:
+            if code == 0 and self.local_launcher:
+                failure = self._wait_children_finish(server, children_done)
+            elif code != 0:  # a launcher that failed because a node went away: say so
+                failure = self._lost_meanwhile(server, children_done)
+        if self.sup.signal_received:
+            return outcome.stopped(self.node, self.sup.signal_received)
+        if failure is not None:
+            log("job failed: %s" % failure.reason)
+            return failure
+        return outcome.of_command(code, self.node)
+
+    def supervise(self, launcher, server, children_done):
+        """Reap until the launcher ends, escalating a forwarded signal to SIGKILL after
+        ``MNP_STOP_TIMEOUT``; a child's failure stops it. The failure's ``Outcome`` or ``None``."""
+        cfg = self.cfg
+        escalated = False
         while True:
             self.sup.reap()
             if not launcher.running:
-                break
+                return None
             sig = self.sup.signal_received
             if sig and not escalated and time.monotonic() - self.sup.stop_requested_at > \
                     cfg.stop_timeout:
@@ -297,44 +333,45 @@ class Runner(BatchNodes):
             if event is None:
                 continue
             failure = self._child_event(event, children_done)
-            if failure:
-                log("%s: stopping the launcher" % failure)
+            if failure is not None:
+                log("%s: stopping the launcher" % failure.reason)
                 self.sup.terminate(launcher, min(cfg.stop_timeout, 10))
-                break
-        code = launcher.code
-        log("launcher exited with %d" % code)
-        lifecycle.end_group(launcher.pid, 2.0, self.sup.reap)
-        if failure is None and server is not None and code == 0 and self.local_launcher:
-            failure = self._wait_children_finish(server, children_done)
-        if self.sup.signal_received:
-            final = 128 + self.sup.signal_received
-        elif failure:
-            final = code if code not in (0, 128 + 15, 128 + 9) else 1
-            log("job failed: %s" % failure)
-        else:
-            final = code
-        log("exit code %d" % final)
-        return final
+                return failure
+
 
 def main(argv=None):
+    """Run the entrypoint; the exit code. Its last line names the class, node and reason."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         cfg = config.load()
-    except config.ConfigError as exc:
+    except config.ConfigError as exc:  # before the role is known: bad input is one line
         log_mod.write_err("mnp-entrypoint: error: %s\n" % exc)
-        return 2
+        return exc.exit_code
     # The secret stays in cfg only: not in PID 1's environment, so not inherited by sshd,
     # ssh-keygen, the probe tools or the launcher (nor visible in /proc/1/environ).
     for name in SECRET_VARIABLES:
         os.environ.pop(name, None)
     set_role(cfg.role_label())
+    ended = _run(cfg, argv)
+    if isinstance(ended, int):  # a dry run: the plan was the output
+        return ended
+    log(ended.line())
+    return ended.code
+
+
+def _run(cfg, argv):
+    """``Runner.run`` with every error turned into its ``Outcome``."""
+    node = cfg.node_index
     try:
         return Runner(cfg, argv).run()
-    except (config.ConfigError, UsageError) as exc:
+    except JobFailure as exc:
         log("error: %s" % exc)
-        return 2
-    except (StartupError, ssh.SshError, rendezvous.RendezvousError) as exc:
+        return outcome.of_error(exc, node)
+    except ssh.SshError as exc:
         log("error: %s" % exc)
-        return 1
+        return outcome.configuration(node, str(exc))
+    except rendezvous.RendezvousError as exc:
+        log("error: %s" % exc)
+        return outcome.infrastructure(node, str(exc))
     except KeyboardInterrupt:
-        return 130
+        return outcome.stopped(node, 2)

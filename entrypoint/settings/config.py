@@ -62,12 +62,25 @@ SETTINGS = {
     "MNP_HEARTBEAT_TIMEOUT": ("15", "seconds of silence after which a peer is declared lost"),
     "MNP_STOP_TIMEOUT": ("20", "seconds between forwarding SIGTERM and SIGKILL to the launcher"),
     "MNP_STATE_DIR": ("/run/mnp", "where per-job keys, hostfiles and sshd files are written"),
+    "MNP_HEALTH": ("basic", "off | basic | full: the start-up health gate (docs/entrypoint.md "
+                            "\"Start-up health gate\")"),
 }
 
 # Names the entrypoint sets for the command (docs/entrypoint.md): not settings, but a value found
 # in the environment (an image or a nested run that inherited them) is replaced, not an error.
 OUTPUTS = ("MNP_HOSTFILE", "MNP_HOSTFILE_PLAIN", "MNP_HOSTFILE_INTEL", "MNP_NUM_NODES",
-           "MNP_NODE_INDEX", "MNP_NODE_ADDRESS", "MNP_MASTER_ADDRESS", "MNP_SSH_CONFIG")
+           "MNP_NODE_INDEX", "MNP_NODE_ADDRESS", "MNP_MASTER_ADDRESS", "MNP_SSH_CONFIG",
+           "MNP_ATTEMPT")
+# MNP_ATTEMPT: which attempt of the job this is (1 first), from the scheduler's retry counter:
+# (variable, added to its value, source). The first one set wins.
+ATTEMPT_SOURCES = (
+    ("AWS_BATCH_JOB_ATTEMPT", 0, "https://docs.aws.amazon.com/batch/latest/userguide/"
+                                 "job_env_vars.html (the job's attempt number, 1 first)"),
+    ("SLURM_RESTART_COUNT", 1, "https://slurm.schedmd.com/sbatch.html OUTPUT ENVIRONMENT "
+                               "VARIABLES (times the job was restarted, 0 first)"),
+    ("TORCHELASTIC_RESTART_COUNT", 1, "https://pytorch.org/docs/stable/elastic/run.html "
+                                      "(worker group restarts so far, 0 first)"),
+)
 # ``MNP_`` is the project's namespace: any other name in it is a typo (MNP_LAUCHER) that would
 # otherwise be ignored without a word.
 PREFIX = "MNP_"
@@ -111,6 +124,9 @@ class Config(object):
         self.heartbeat_timeout = 15.0
         self.stop_timeout = 20.0
         self.state_dir = "/run/mnp"
+        self.health = "basic"
+        self.attempt = 1
+        self.attempt_source = "first attempt (no scheduler retry counter set)"
         for key, value in kwargs.items():
             if not hasattr(self, key):
                 raise TypeError("unknown Config field %s" % key)
@@ -358,4 +374,16 @@ def load(env=None):
                               "goes into ssh_config and OMPI_MCA_plm_rsh_args unquoted), at "
                               "most 200 characters" % ascii(state))
         cfg.state_dir = state
+    cfg.health = _choice(env, "MNP_HEALTH", ("off", "basic", "full"), "basic")
+    cfg.attempt, cfg.attempt_source = _attempt(env)
     return cfg
+
+
+def _attempt(env):
+    """``(attempt, where it came from)``: the first scheduler retry counter that is set."""
+    for name, add, _source in ATTEMPT_SOURCES:
+        raw = _get(env, name)
+        if raw:
+            value = _int(env, name, None, minimum=1 - add, maximum=10000) + add
+            return value, "%s=%s" % (name, raw)
+    return 1, "first attempt (no scheduler retry counter set)"

@@ -126,19 +126,22 @@ def jobdef(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
            image_uri: str | None, secret_arn: str | None, execution_role_arn: str | None,
            launcher: str, output: str | None, register: bool, command: list[str],
            region: str | None = None, profile: str | None = None,
-           mounts: Any = None) -> dict[str, Any]:
+           mounts: Any = None, attempts: Any = None) -> dict[str, Any]:
     """Write (and with ``register`` register) the job definition. The training command is the
-    definition's ``command``, word for word: without one the image's default would run."""
+    definition's ``command``, word for word: without one the image's default would run.
+    ``attempts`` (default 2) bounds the runs; only infrastructure failures are retried."""
     from matrix.deploy import jobdef as jd
 
     launcher = choose(launcher, LAUNCHERS, "launcher", "--launcher")
+    tries = attempts_option(attempts, jd.MAX_ATTEMPTS)
     given = _generator_input("jobdef", "the job definition's command", stacks_file, stacks,
                              nodes, instance_type, launcher, output, command, mounts)
     uri = _image(given, image_uri)
     definition = jd.definition_for_stack(given.matrix.stack(given.stack), given.nodes,
                                          given.instance_type, uri, secret_arn=secret_arn,
                                          launcher=launcher, execution_role_arn=execution_role_arn,
-                                         command=command, mounts=given.mounts)
+                                         command=command, mounts=given.mounts,
+                                         attempts=tries)
     text = json.dumps(definition, indent=2)
     # the AWS session first: a missing region or profile is said before anything is written
     client = jd.batch_client_for(region, profile) if register else None
@@ -147,6 +150,19 @@ def jobdef(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
         answer = jd.register_job_definition(definition, client)
         print(f"registered {answer.get('jobDefinitionArn', '?')}")
     return definition
+
+
+def attempts_option(value: Any, maximum: int) -> int:
+    """``--attempts``: 1 (no retry) to ``maximum``; 2 when not given (one retry after an
+    infrastructure failure)."""
+    from matrix.deploy import jobdef as jd
+
+    if value is None:
+        return jd.DEFAULT_ATTEMPTS
+    count = integer(value, "--attempts", 1)
+    if count > maximum:
+        raise UsageError(f"--attempts {count}: at most {maximum}")
+    return count
 
 
 def sbatch(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
@@ -173,11 +189,18 @@ def sbatch(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
 
 def k8s(stacks_file: str, stacks: Any, kind: str | None, nodes: Any, instance_type: str | None,
         image_uri: str | None, elastic: str | None, output: str | None, command: list[str],
-        mounts: Any = None, claims: Any = None) -> dict[str, Any]:
+        mounts: Any = None, claims: Any = None, attempts: Any = None) -> dict[str, Any]:
     """Write a Kubeflow PyTorchJob, TrainJob or MPIJob, checked against the vendored CRD."""
     from matrix.deploy import k8s as kube
 
     kind = choose(require(kind, "--kind", "pytorchjob"), kube.KINDS, "kind", "--kind")
+    tries = attempts_option(attempts, kube.MAX_ATTEMPTS)
+    if kind != "pytorchjob" and attempts is not None and tries > 1:
+        raise UsageError(f"--attempts {tries}: a {kind} cannot retry by exit code (its operator "
+                         "retries every failure alike; docs/entrypoint.md Retries): give 1 or "
+                         "leave it out")
+    if kind != "pytorchjob":
+        tries = 1
     count = options.nodes(require(nodes, "--nodes", "2"))
     if elastic is not None and kind != "pytorchjob":
         raise UsageError(f"--elastic {elastic}: only --kind pytorchjob has elastic bounds")
@@ -188,7 +211,8 @@ def k8s(stacks_file: str, stacks: Any, kind: str | None, nodes: Any, instance_ty
     uri = _image(given, image_uri)
     manifest = kube.build_manifest(kind, given.stack, given.nodes, given.instance_type, uri,
                                    command, fabric=given.matrix.stack(given.stack).fabric,
-                                   mounts=given.mounts, claims=given.claims, elastic=bounds)
+                                   mounts=given.mounts, claims=given.claims, elastic=bounds,
+                                   attempts=tries)
     _emit(given, kube.to_yaml(manifest), output)
     return manifest
 
@@ -232,7 +256,7 @@ def _local_digest_uri(matrix: Matrix, stack: str) -> str:
 
 
 def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
-             command: list[str], mounts: Any = None) -> int:
+             command: list[str], mounts: Any = None, attempts: Any = None) -> int:
     from docker.errors import ImageNotFound
 
     from matrix.deploy import rehearse as rh
@@ -242,6 +266,7 @@ def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
     count = options.nodes(nodes)
     parsed_mounts, _ = parse_all(mounts)
     late = None if late_node is None else integer(late_node, "--late-node")
+    tries = 1 if attempts is None else integer(attempts, "--attempts", 1)
     if not command:
         raise UsageError("give the job command after --, e.g. invoke run --stack cpu-tcp "
                          "--nodes 3 -- python3 /opt/mnp/examples/allreduce.py")
@@ -256,7 +281,7 @@ def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
     except ImageNotFound:
         raise UserError(f"{image} is not built; run `invoke build --stack {stack}`") from None
     return rh.rehearse(client, image, count, command, late, {}, log=console.print,
-                       mounts=parsed_mounts)
+                       mounts=parsed_mounts, attempts=tries)
 
 
 def explain(stacks_file: str, stacks: Any, instance_type: str | None, nodes: Any,

@@ -22,6 +22,7 @@ from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 from botocore.model import Shape
 from botocore.validate import validate_parameters
 
+from entrypoint.core.errors import INFRASTRUCTURE_EXIT
 from entrypoint.launchers import NAMES as LAUNCHERS
 from matrix.deploy.mounts import Mount, batch_volumes
 from matrix.errors import UserError
@@ -30,6 +31,16 @@ from matrix.model.instances import InstanceType, get_instance_type, job_memory_m
 from matrix.model.rules import blocking, check_stack
 
 DEFAULT_WAIT_TIMEOUT_S = 600
+# Attempts of a job (the first run and its retries). Batch takes 1 to 10 (RetryStrategy
+# "attempts", https://docs.aws.amazon.com/batch/latest/APIReference/API_RetryStrategy.html); two
+# gives one retry on other hosts after an infrastructure failure: project choice, enough for one
+# bad node without repeating a long failure many times.
+DEFAULT_ATTEMPTS = 2
+MAX_ATTEMPTS = 10
+# Batch's status reason when the instance under the job went away (a Spot reclaim, a host
+# failure): "Host EC2 (instance i-...) terminated." The Batch user guide's retry example matches
+# it with this glob (https://docs.aws.amazon.com/batch/latest/userguide/job_retries.html).
+HOST_FAILURE_REASON = "Host EC2*"
 SECRET_ENV_NAME = "MNP_SECRET"
 
 # Batch containers: ulimits as set by aws-samples/awsome-distributed-training's Batch templates.
@@ -130,6 +141,24 @@ def mnp_environment(
     return env
 
 
+def retry_strategy(attempts: int) -> dict[str, Any]:
+    """Batch's ``retryStrategy``: up to ``attempts`` runs; retry on the entrypoint's
+    infrastructure code (``entrypoint.core.errors.INFRASTRUCTURE_EXIT``: a node never joined, a
+    peer was lost, a health check failed) and on a host that went away; exit on everything else,
+    so a bug in the training command is never run twice. The last rule is needed: when no rule
+    matches, Batch retries (https://docs.aws.amazon.com/batch/latest/APIReference/
+    API_EvaluateOnExit.html)."""
+    if not 1 <= attempts <= MAX_ATTEMPTS:
+        raise UserError(f"--attempts {attempts}: Batch runs a job 1 to {MAX_ATTEMPTS} times")
+    if attempts == 1:
+        return {"attempts": 1}
+    return {"attempts": attempts, "evaluateOnExit": [
+        {"onExitCode": str(INFRASTRUCTURE_EXIT), "action": "RETRY"},
+        {"onStatusReason": HOST_FAILURE_REASON, "action": "RETRY"},
+        {"onReason": "*", "action": "EXIT"},
+    ]}
+
+
 def default_job_definition_name(stack: str, nodes: int, instance_type: str) -> str:
     """``mnp-<stack>-<N>x-<type>`` with characters Batch does not allow replaced by ``-``."""
     raw = f"mnp-{stack}-{nodes}x-{instance_type}"
@@ -153,6 +182,7 @@ def build_job_definition(
     name: str | None = None,
     attempt_timeout_s: int | None = None,
     mounts: Sequence[Mount] = (),
+    attempts: int = DEFAULT_ATTEMPTS,
 ) -> dict[str, Any]:
     """The Batch ``RegisterJobDefinition`` request: ``nodes`` x ``instance_type`` running ``stack``.
 
@@ -161,7 +191,9 @@ def build_job_definition(
     reads it with the job's execution role, so ``execution_role_arn`` is then required.
     ``fabric`` defaults to ``efa`` on types with EFA and ``tcp`` otherwise. ``command`` is the
     container's command, which the image's entrypoint runs (the image has no CMD). ``mounts``
-    (``--mount``) become host ``volumes`` and ``mountPoints``. Raises :class:`UserError` on bad input.
+    (``--mount``) become host ``volumes`` and ``mountPoints``. ``attempts`` bounds the runs:
+    :func:`retry_strategy` retries only infrastructure failures. Raises :class:`UserError` on bad
+    input.
     """
     instance = get_instance_type(instance_type)
     effective_fabric = _checked_fabric(instance, launcher, nodes, image_uri, fabric)
@@ -175,6 +207,7 @@ def build_job_definition(
     definition = _multinode_definition(
         name or default_job_definition_name(stack, nodes, instance.name),
         stack, nodes, instance.name, container)
+    definition["retryStrategy"] = retry_strategy(attempts)
     if attempt_timeout_s is not None:
         definition["timeout"] = {"attemptDurationSeconds": attempt_timeout_s}
     validate_job_definition(definition)

@@ -41,7 +41,13 @@ from typing import Any
 import yaml
 
 from matrix.deploy import crds
-from matrix.deploy.jobdef import DEFAULT_WAIT_TIMEOUT_S, is_pinned, mnp_environment
+from matrix.deploy.jobdef import (
+    DEFAULT_ATTEMPTS,
+    DEFAULT_WAIT_TIMEOUT_S,
+    MAX_ATTEMPTS,
+    is_pinned,
+    mnp_environment,
+)
 from matrix.deploy.mounts import Claim, Mount, k8s_volumes
 from matrix.errors import UsageError, UserError
 from matrix.model.instances import InstanceType, get_instance_type
@@ -120,6 +126,20 @@ _ELASTIC = re.compile(r"^(\d+):(\d+)$")
 # `$$` comes out as one `$` and can never start a reference, so the container sees exactly what
 # was typed (tests/publish/test_k8s_expansion.py runs a port of Expand over arbitrary commands).
 _DOLLAR = "$"
+# Retries (issue 24): a PyTorchJob's replicas use the training-operator's ExitCode policy, which
+# deletes and recreates a pod that failed with a code of 128-255 (the entrypoint's infrastructure
+# code 200, a signal) and fails the job on 1-127 (a bug: the user's status, or 2 for a bad
+# setting): kubeflow/training-operator pkg/util/train/train_util.go IsRetryableExitCode (at commit
+# 07a4a89697d80501695ae59f2d9a22aa27fd5044) and pkg/controller.v1/common/pod.go. runPolicy
+# .backoffLimit is attempts - 1; the operator counts container restarts against it, not pods it
+# recreated (kubeflow/trainer issue 2045, "a specification, not a bug"), so activeDeadlineSeconds
+# is what bounds a failure that keeps coming back.
+RESTART_POLICY = "ExitCode"
+# The MPI operator turns ExitCode into a pod restartPolicy Never and lets the launcher's batch Job
+# retry every failure up to backoffLimit (kubeflow/mpi-operator pkg/controller/
+# mpi_job_controller.go, setRestartPolicy and newLauncherJob): it cannot tell a lost node from a
+# bug, so an MPIJob is never retried (backoffLimit 0) rather than rerun a bug.
+MPIJOB_BACKOFF_LIMIT = 0
 
 
 @dataclass(frozen=True)
@@ -235,7 +255,8 @@ def _metadata(job: Job) -> dict[str, Any]:
                                          "mnp-stacks/instance-type": job.instance.name}}
 
 
-def pytorchjob(job: Job, elastic: tuple[int, int] | None) -> dict[str, Any]:
+def pytorchjob(job: Job, elastic: tuple[int, int] | None,
+               attempts: int = DEFAULT_ATTEMPTS) -> dict[str, Any]:
     """Static: a Master and ``nodes - 1`` Workers. Elastic: ``nodes`` Workers and an
     ``elasticPolicy`` (c10d rendezvous, hosted by the operator's ``<job>-worker-0``, under an id
     of this manifest's own: :func:`rdzv_id`)."""
@@ -244,18 +265,19 @@ def pytorchjob(job: Job, elastic: tuple[int, int] | None) -> dict[str, Any]:
     replicas: dict[str, Any] = {}
     spec: dict[str, Any] = {"nprocPerNode": str(job.instance.slots_per_node())}
     if elastic is None:
-        replicas["Master"] = {"replicas": 1, "restartPolicy": "OnFailure", "template": template}
+        replicas["Master"] = {"replicas": 1, "restartPolicy": RESTART_POLICY,
+                              "template": template}
         if job.nodes > 1:
-            replicas["Worker"] = {"replicas": job.nodes - 1, "restartPolicy": "OnFailure",
+            replicas["Worker"] = {"replicas": job.nodes - 1, "restartPolicy": RESTART_POLICY,
                                   "template": template}
     else:
-        replicas["Worker"] = {"replicas": job.nodes, "restartPolicy": "OnFailure",
+        replicas["Worker"] = {"replicas": job.nodes, "restartPolicy": RESTART_POLICY,
                               "template": template}
         spec["elasticPolicy"] = {"minReplicas": elastic[0], "maxReplicas": elastic[1],
                                  "rdzvBackend": "c10d", "rdzvId": rdzv_id(job.name),
                                  "maxRestarts": ELASTIC_MAX_RESTARTS}
     spec["pytorchReplicaSpecs"] = replicas
-    spec["runPolicy"] = {"cleanPodPolicy": "None"}
+    spec["runPolicy"] = {"cleanPodPolicy": "None", "backoffLimit": attempts - 1}
     return {"apiVersion": crds.CRDS["PyTorchJob"].api_version, "kind": "PyTorchJob",
             "metadata": _metadata(job), "spec": spec}
 
@@ -297,9 +319,9 @@ def mpijob(job: Job) -> dict[str, Any]:
         "mpiImplementation": "OpenMPI",
         "sshAuthMountPath": SSH_AUTH_MOUNT,
         "launcherCreationPolicy": "WaitForWorkersReady",
-        "runPolicy": {"cleanPodPolicy": "Running"},
+        "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": MPIJOB_BACKOFF_LIMIT},
         "mpiReplicaSpecs": {
-            "Launcher": {"replicas": 1, "restartPolicy": "OnFailure",
+            "Launcher": {"replicas": 1, "restartPolicy": "Never",
                          "template": _pod(launcher, job, node=False)},
             "Worker": {"replicas": job.nodes, "template": _pod(worker, job)},
         },
@@ -322,9 +344,13 @@ def build_manifest(
     elastic: tuple[int, int] | None = None,
     env: Mapping[str, str] | None = None,
     wait_timeout_s: int = DEFAULT_WAIT_TIMEOUT_S,
+    attempts: int = DEFAULT_ATTEMPTS,
 ) -> dict[str, Any]:
     """The ``kind`` manifest (pytorchjob, trainjob, mpijob) for ``nodes`` x ``instance_type``,
-    validated against the vendored CRD. Raises :class:`UserError` on bad input."""
+    validated against the vendored CRD. ``attempts``: a PyTorchJob's runs (see RESTART_POLICY);
+    an MPIJob or TrainJob has no exit-code retry. Raises :class:`UserError` on bad input."""
+    if not 1 <= attempts <= MAX_ATTEMPTS:
+        raise UsageError(f"--attempts {attempts}: expected 1 to {MAX_ATTEMPTS}")
     if kind not in KINDS:
         raise UsageError(f"--kind {kind!r}: expected one of {', '.join(KINDS)}")
     if elastic is not None and kind != "pytorchjob":
@@ -342,7 +368,7 @@ def build_manifest(
               [{"name": k, "value": k8s_literal(v)} for k, v in sorted(variables.items())],
               effective, tuple(mounts), tuple(claims))
     if kind == "pytorchjob":
-        manifest = pytorchjob(job, elastic)
+        manifest = pytorchjob(job, elastic, attempts)
     elif kind == "trainjob":
         manifest = trainjob(job)
     else:

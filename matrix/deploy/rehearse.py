@@ -10,11 +10,18 @@ node's log is written to a folder, and the containers and the network are remove
 the main node's exit status. Cleanup also runs on failure and on Ctrl-C. ``mounts`` (``invoke run
 --mount``, the same option the job definition takes) bind the same host folders at the same
 container paths on every node, so a rehearsal reads the data paths the real job reads.
+
+``attempts`` (``invoke run --attempts N``) does what Batch does under the retry strategy ``invoke
+jobdef`` writes: a job that ends with the entrypoint's infrastructure code
+(``entrypoint.core.errors.INFRASTRUCTURE_EXIT``) runs again, on fresh containers, with
+``AWS_BATCH_JOB_ATTEMPT`` counting up; any other ending stops. Each attempt's class and reason
+(the entrypoint's last line, and the failing node's own error line) is printed.
 """
 
 from __future__ import annotations
 
 import random
+import re
 import secrets
 import tempfile
 import threading
@@ -28,10 +35,17 @@ import docker
 import docker.errors
 import requests.exceptions
 
+from entrypoint.core import errors as classes
 from matrix.deploy.mounts import Mount, docker_binds
 from matrix.errors import UserError
 
 Log = Callable[[str], None]
+# Test hooks (the Python API only): extra ``containers.create`` arguments for node ``index`` of
+# attempt ``attempt`` (fake devices, another entrypoint for a node that never joins), and a call
+# right after a node's container started (a tc qdisc on its link).
+NodeOptions = Callable[[int, int], "dict[str, Any]"]
+OnStart = Callable[[int, int, Any], None]
+FINAL_LINE = re.compile(classes.FINAL_LINE_PATTERN)
 LABEL = "mnp.rehearsal"
 INTERRUPTED = 130  # shell convention for SIGINT
 TIMED_OUT = 124  # as timeout(1)
@@ -46,11 +60,12 @@ class _Rehearsal:
     containers: dict[int, Any] = field(default_factory=dict)
 
 
-def batch_environment(index: int, nodes: int, run_id: str, main_ip: str | None) -> dict[str, str]:
+def batch_environment(index: int, nodes: int, run_id: str, main_ip: str | None,
+                      attempt: int = 1) -> dict[str, str]:
     """The AWS Batch MNP variables for node ``index`` (main-node address on children only)."""
     env = {
         "AWS_BATCH_JOB_ID": f"rehearsal-{run_id}#{index}",
-        "AWS_BATCH_JOB_ATTEMPT": "1",
+        "AWS_BATCH_JOB_ATTEMPT": str(attempt),
         "AWS_BATCH_JOB_NODE_INDEX": str(index),
         "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
         "AWS_BATCH_JOB_NUM_NODES": str(nodes),
@@ -108,18 +123,22 @@ def _start_node(
     command: Sequence[str],
     env: Mapping[str, str],
     mounts: Sequence[Mount] = (),
+    extra: Mapping[str, Any] | None = None,
 ) -> Any:
-    """Create and start node ``index`` on the rehearsal network; remembered for cleanup."""
+    """Create and start node ``index`` on the rehearsal network; remembered for cleanup.
+    ``extra`` adds ``containers.create`` arguments (its ``environment`` is merged)."""
+    extra = dict(extra or {})
     container = client.containers.create(
         image,
         command=list(command),
         name=f"mnp-{run.run_id}-node{index}",
         hostname=f"node{index}",
-        environment=dict(env),
+        environment={**env, **extra.pop("environment", {})},
         labels={LABEL: run.run_id, f"{LABEL}.node": str(index)},
         network=run.network.name,
         init=False,
         volumes=docker_binds(mounts),
+        **extra,
     )
     run.containers[index] = container
     container.start()
@@ -208,36 +227,88 @@ def rehearse(
     stop_timeout_s: int = 10,
     seed: int | None = None,
     mounts: Sequence[Mount] = (),
+    attempts: int = 1,
+    node_options: NodeOptions | None = None,
+    on_start: OnStart | None = None,
 ) -> int:
     """Run ``command`` on ``nodes`` containers of ``image`` as Batch would; the main's status.
 
     ``env`` is added to every node (the ``MNP_*`` settings, say). ``late_node`` starts that child
     ``late_delay_s`` seconds after the others. Node logs go to ``log_dir`` (a new temporary
-    folder by default; its path is logged). ``timeout_s`` bounds the main node's run (status 124
-    when exceeded). ``seed`` fixes the children's start order. Ctrl-C stops everything and
-    returns 130. ``mounts`` are bound on every node. Containers and the network are always removed.
+    folder by default; its path is logged), one subfolder per attempt when there are several.
+    ``timeout_s`` bounds the main node's run (status 124 when exceeded). ``seed`` fixes the
+    children's start order. Ctrl-C stops everything and returns 130. ``mounts`` are bound on
+    every node. A job ending with the infrastructure code runs again, up to ``attempts`` runs.
+    Containers and the network are always removed.
     """
     _check_args(nodes, command, late_node, mounts)
     _require_image(client, image)
+    if attempts < 1:
+        raise UserError(f"--attempts {attempts}: must be at least 1")
+    base = Path(log_dir or tempfile.mkdtemp(prefix="mnp-rehearsal-"))
+    status = 0
+    for attempt in range(1, attempts + 1):
+        folder = base if attempts == 1 else base / f"attempt{attempt}"
+        job = _Job(image, nodes, command, late_node, env, late_delay_s, timeout_s,
+                   stop_timeout_s, seed, mounts, attempt, node_options, on_start)
+        status = _rehearse_once(client, job, log, folder)
+        cls, node, reason = ending(folder, status)
+        log(f"attempt {attempt}/{attempts}: exit {status} ({cls} on node {node}): {reason}")
+        if status == INTERRUPTED or not classes.is_retryable(status):
+            return status
+        if attempt < attempts:
+            log(f"exit {status} is the infrastructure code: running attempt {attempt + 1} on "
+                "fresh nodes, as the retry strategy of `invoke jobdef` makes Batch do")
+    return status
+
+
+@dataclass
+class _Job:
+    """One attempt's inputs."""
+
+    image: str
+    nodes: int
+    command: list[str]
+    late_node: int | None
+    env: dict[str, str]
+    late_delay_s: float
+    timeout_s: float | None
+    stop_timeout_s: int
+    seed: int | None
+    mounts: Sequence[Mount]
+    attempt: int
+    node_options: NodeOptions | None
+    on_start: OnStart | None
+
+
+def _rehearse_once(client: docker.DockerClient, job: _Job, log: Log, log_dir: Path) -> int:
+    """One attempt on fresh containers and a fresh network: the main node's status."""
     run = _Rehearsal(run_id=secrets.token_hex(4))
-    log_dir = Path(log_dir or tempfile.mkdtemp(prefix=f"mnp-rehearsal-{run.run_id}-"))
-    shared = {**env, "MNP_SECRET": secrets.token_hex(32)}
+    shared = {**job.env, "MNP_SECRET": secrets.token_hex(32)}
 
     def start(index: int, main_ip: str | None) -> Any:
-        node_env = {**shared, **batch_environment(index, nodes, run.run_id, main_ip)}
-        return _start_node(client, run, image, index, command, node_env, mounts)
+        node_env = {**shared, **batch_environment(index, job.nodes, run.run_id, main_ip,
+                                                  job.attempt)}
+        extra = job.node_options(job.attempt, index) if job.node_options else None
+        container = _start_node(client, run, job.image, index, job.command, node_env,
+                                job.mounts, extra)
+        if job.on_start:
+            job.on_start(job.attempt, index, container)
+        return container
 
     try:
         run.network = _create_network(client, run.run_id)
-        log(f"rehearsal {run.run_id}: {nodes} node(s) of {image} on network {run.network.name}")
+        log(f"rehearsal {run.run_id}: {job.nodes} node(s) of {job.image} on network "
+            f"{run.network.name} (attempt {job.attempt})")
         main = start(0, None)
         main_ip = _container_ip(main, run.network.name)
         streamer = _stream(main, log)
-        _start_children(start, nodes, main_ip, late_node, late_delay_s, seed, log)
-        status = _wait_exit(main, timeout_s)
+        _start_children(start, job.nodes, main_ip, job.late_node, job.late_delay_s, job.seed,
+                        log)
+        status = _wait_exit(main, job.timeout_s)
         streamer.join(timeout=5)
         log(f"main node exited with status {status}; stopping the other nodes")
-        _stop_children(run, stop_timeout_s)
+        _stop_children(run, job.stop_timeout_s)
         return status
     except KeyboardInterrupt:
         log("interrupted: removing the rehearsal's containers and network")
@@ -250,6 +321,46 @@ def rehearse(
             log(f"node logs: {log_dir}")
         finally:
             _cleanup(client, run, log)
+
+
+def ending(log_dir: Path, status: int) -> tuple[str, str, str]:
+    """``(class, node, reason)`` of an attempt: the main node's last entrypoint line, with the
+    failing node's own error line when another node failed; by the code alone without one."""
+    found = _final_line(log_dir / "node0.log")
+    if found is None:
+        cls = ("success" if status == 0 else classes.INFRASTRUCTURE
+               if classes.is_retryable(status) else "unknown")
+        return cls, "0", "no mnp-entrypoint final line in the main node's log"
+    cls, node, reason = found.group("cls"), found.group("node"), found.group("reason")
+    detail = _error_line(log_dir / f"node{node.split(',')[0]}.log") if node != "0" else None
+    return cls, node, reason + (f" | node {node} says: {detail}" if detail else "")
+
+
+def _final_line(path: Path) -> re.Match | None:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        match = FINAL_LINE.search(line)
+        if match and line.startswith("mnp-entrypoint["):
+            return match
+    return None
+
+
+def _error_line(path: Path) -> str | None:
+    """The node's own account: its final line, else its last ``error:`` line."""
+    found = _final_line(path)
+    if found is not None:
+        return found.group(0)
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if line.startswith("mnp-entrypoint[") and "error: " in line:
+            return line.split("]: ", 1)[-1]
+    return None
 
 
 def _require_image(client: docker.DockerClient, image: str) -> None:

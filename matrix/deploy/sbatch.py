@@ -49,6 +49,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from entrypoint.core.errors import INFRASTRUCTURE_EXIT
 from matrix.deploy.jobdef import DEFAULT_WAIT_TIMEOUT_S, is_pinned, mnp_environment
 from matrix.deploy.mounts import Mount, pyxis_mounts
 from matrix.errors import UserError
@@ -59,9 +60,8 @@ PER_RANK = ("mpirun",)
 # Where the entrypoint layer installs the image's ENTRYPOINT (images/entrypoint/Dockerfile.j2).
 ENTRYPOINT = "/usr/local/bin/mnp-entrypoint"
 # The entrypoint's exit codes for a failure of the infrastructure, which a requeue on other nodes
-# can fix (issue 24's failure classes). Must equal entrypoint/core/errors.py (its infrastructure
-# exit code); the tests read them from here.
-REQUEUE_EXIT_CODES = (75,)
+# can fix (its failure classes, defined once in entrypoint/core/errors.py); the tests read them here.
+REQUEUE_EXIT_CODES = (INFRASTRUCTURE_EXIT,)
 # Attempts of one job in all, the first run included: a node that fails again is not the node.
 DEFAULT_MAX_ATTEMPTS = 3
 # Slurm's sources for the requeue lines (22.05 manuals).

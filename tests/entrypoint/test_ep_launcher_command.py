@@ -106,7 +106,7 @@ def test_the_issue_example_stops_before_anything_starts():
                                   "itself and the entrypoint would start torchrun around it")
     run = subprocess.run([sys.executable, "-m", "entrypoint"] + TORCHRUN, env=env,
                          capture_output=True, text=True, timeout=120)
-    assert run.returncode == 1
+    assert run.returncode == 2  # the configuration class: never retried
     errors = [line for line in run.stderr.splitlines() if ": error: " in line]
     assert len(errors) == 1 and "the command starts torchrun itself" in errors[0]
     assert "Traceback" not in run.stderr

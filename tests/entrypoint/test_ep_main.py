@@ -6,6 +6,7 @@ integration tests)."""
 
 import json
 import os
+import re
 import signal
 import time
 
@@ -159,8 +160,11 @@ def test_fault5_dry_run_without_mpirun_is_a_plan_with_a_problem_line(run, tmp_pa
     # the same plan, run for real on a single node, stops with that line as its error
     real = run(["python3", "train.py"], MNP_SLOTS_PER_NODE="2", PATH=bare_path(tmp_path),
                MNP_STATE_DIR=str(tmp_path / "state2"))
-    assert real.returncode == 1
+    assert real.returncode == 2  # configuration: the image lacks the launcher, never retried
     assert "error: mpirun not found on PATH" in real.stderr
+    assert real.stderr.splitlines()[-1].endswith(
+        "exit 2 (configuration on node 0): mpirun not found on PATH: install Open MPI or set "
+        "MNP_LAUNCHER; not retried: fix the job")
 
 
 def test_json_dry_run(run, tmp_path):
@@ -256,8 +260,10 @@ def test_local_job_fails_when_a_child_fails(job):
     job(2, FAKE_FAIL_NODE="2", FAKE_SLEEP="20")
     start_time = time.time()
     code, out = finish(main)
-    assert code != 0
+    assert code == 5  # the user's own status, from the node where the command failed
     assert "node 2 failed (exit code 5)" in out
+    assert out.splitlines()[-1].endswith("exit 5 (user on node 2): the command on node 2 exited "
+                                         "with 5; not retried")
     code, out = finish(child1)  # told to stop: its launcher is stopped, it exits promptly
     assert "job ended" in out
     assert time.time() - start_time < 18
@@ -267,8 +273,10 @@ def test_local_job_names_a_missing_child(job):
     main = job(0, MNP_WAIT_TIMEOUT="2")
     child = job(1, MNP_WAIT_TIMEOUT="2")
     code, out = finish(main)
-    assert code == 1
+    assert code == 200  # infrastructure: a retry on other hosts can fix it
     assert "node(s) 2 never registered" in out
+    assert re.search(r"exit 200 \(infrastructure on node 2\): node\(s\) 2 never registered "
+                     r"within 2s .*retryable on other hosts$", out.splitlines()[-1])
     code, out = finish(child)
     assert "job ended" in out
 
@@ -277,7 +285,7 @@ def test_local_job_rejects_the_wrong_secret(job):
     main = job(0, num=2, MNP_WAIT_TIMEOUT="3")
     intruder = job(1, num=2, MNP_SECRET="wrong")
     code, out = finish(intruder)
-    assert code == 1 and "MNP_SECRET" in out
+    assert code == 2 and "MNP_SECRET" in out  # configuration: another secret is never retried
     code, out = finish(main)
-    assert code == 1
+    assert code == 200
     assert "rejected registration" in out and "authentication failed" in out

@@ -77,7 +77,7 @@ def test_the_dry_run_away_from_the_pod_shows_the_plan_with_the_problem(local_nod
 def test_a_real_launcher_without_the_hostfile_stops_with_one_line(local_node, mpirun_path):
     env = launcher_env(local_node.tmp_path / "hostfile")
     result = local_node.run(["python3", "train.py"], PATH=mpirun_path, **env)
-    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "Traceback" not in result.stderr  # configuration
     errors = [line for line in result.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "OMPI_MCA_orte_default_hostfile=" in errors[0], result.stderr
     assert WHAT_TO_MOUNT in errors[0]

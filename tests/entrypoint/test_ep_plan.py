@@ -230,7 +230,7 @@ def test_plan_json_round_trips_and_has_the_documented_keys():
     assert set(data) == {"version", "role", "address", "slots", "fabric", "facts", "launcher",
                          "argv", "children", "hostfile", "env", "not_set", "kept", "mca",
                          "files", "rendezvous", "ssh", "problems", "notes", "preflight",
-                         "environment"}
+                         "health", "environment"}
     assert data["role"]["mode"] == "main" and data["fabric"]["kind"] == "efa"
     assert data["hostfile"] == ["10.0.0.5 slots=8", "<node-1> slots=8"]
 

@@ -146,8 +146,9 @@ def test_a_plugin_whose_library_is_missing_is_named(tmp_path):
 
 
 def test_an_efa_job_without_the_provider_stops_before_the_launcher(local_node, tmp_path):
-    """MNP_FABRIC=efa on a node whose fi_info finds no efa provider: exit 1, one error line
-    naming it, and the launcher (a stand-in mpirun that records its start) never runs."""
+    """MNP_FABRIC=efa on a node whose fi_info finds no efa provider: the infrastructure code
+    (200: another host may have a working EFA), one error line naming it, and the launcher (a
+    stand-in mpirun that records its start) never runs."""
     started = tmp_path / "launcher-started"
     local_node.fake_program("fi_info", "#!/bin/sh\necho 'fi_getinfo: -61 (No data available)' "
                                        ">&2\nexit 1\n")
@@ -156,7 +157,9 @@ def test_an_efa_job_without_the_provider_stops_before_the_launcher(local_node, t
     result = local_node.run(["python3", "train.py"], MNP_FABRIC="efa", MNP_SLOTS_PER_NODE="2",
                             MNP_STATE_DIR=str(tmp_path / "state"),
                             PATH=path)
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 200, result.stderr
+    assert "exit 200 (infrastructure on node 0): EFA preflight failed" in \
+        result.stderr.splitlines()[-1]
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and "EFA preflight failed before any rank started" in errors[0]
     assert "fi_info -p efa -t FI_EP_RDM finds no efa provider" in errors[0], result.stderr

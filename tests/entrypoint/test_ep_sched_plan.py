@@ -176,7 +176,8 @@ def test_several_tasks_per_node_of_a_slurm_step_would_each_start_torchrun_a_prob
 
 def test_an_elastic_peer_names_no_node_index_or_master_it_cannot_know():
     _, p = make({"PET_RDZV_ENDPOINT": "peer-0:29400", "PET_NNODES": "3"})
-    assert not [name for name in p.environment if name.startswith("MNP_")]
+    # MNP_ATTEMPT is known on every node (1 without a scheduler retry counter)
+    assert [name for name in p.environment if name.startswith("MNP_")] == ["MNP_ATTEMPT"]
 
 
 @pytest.mark.parametrize("command", [["torchrun", "--nproc_per_node", "1", "train.py"],

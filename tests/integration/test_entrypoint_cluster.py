@@ -133,7 +133,7 @@ def test_a_child_that_never_comes(cluster):
     start = time.time()
     code = cluster.wait_exit(main, 60)
     log = cluster.logs(main)
-    assert code == 1, log
+    assert code == 200, log  # infrastructure: the retry rules replace the host
     assert "node(s) 2 never registered" in log
     assert time.time() - start < 40
     assert cluster.wait_exit(child1, 30) == 0
@@ -168,7 +168,7 @@ def test_a_child_killed_mid_run(cluster):
     children[2].kill()
     start = time.time()
     code = cluster.wait_exit(main, 60)
-    assert code != 0, cluster.logs(main)
+    assert code == 200, cluster.logs(main)  # a peer lost mid-run: infrastructure
     assert time.time() - start < 45
     assert cluster.wait_exit(children[1], 45) is not None
 
@@ -202,7 +202,7 @@ def test_a_registration_with_the_wrong_secret_is_rejected(cluster):
     main_ip = cluster.ip(main)
     intruder = cluster.node(1, 2, command, main_ip=main_ip, name="intruder",
                             **dict(FAST, MNP_SECRET="not-the-secret"))
-    assert cluster.wait_exit(intruder, 60) == 1
+    assert cluster.wait_exit(intruder, 60) == 2  # configuration: never retried
     assert "MNP_SECRET" in cluster.logs(intruder)
     log = cluster.wait_log(main, "rejected registration", 30)
     assert "authentication failed" in log

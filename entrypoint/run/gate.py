@@ -1,0 +1,135 @@
+"""The start-up gate, run by every node before any rank starts (``probe.health`` says what).
+
+``basic``: the EFA preflight, then the plan's health checks (the node against its instance
+table row) and free space, before sshd or the rendezvous. A failure is an infrastructure
+failure on this node; a Batch child first registers and reports it, so the main node ends the
+job at once and names the node.
+
+``full``: once every node has joined, the bandwidth probe (``probe/bandwidth.py``) on every node
+at once, bounded by ``health.FULL_BUDGET_S``; the main node's verdict names the slowest node and
+its figure against the floor, and fails the job with the infrastructure code.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+from ..core.errors import InfrastructureError, JobFailure
+from ..core.log import log
+from ..probe import bandwidth, health
+from . import outcome
+
+PROBE_PREFIX = "MNP_BANDWIDTH "
+
+
+def basic(runner):
+    """``None`` when this node passes; else its failure ``Outcome`` (after a Batch child has
+    reported it to the main node)."""
+    try:
+        runner.check_preflight()
+        check_health(runner)
+    except JobFailure as exc:
+        cfg = runner.cfg
+        if not (cfg.rendezvous and cfg.mode == "child"):
+            raise
+        log("error: %s" % exc)
+        return runner.report_failed_child(outcome.of_error(exc, runner.node))
+    return None
+
+
+def check_health(runner):
+    """The plan's basic checks and free space; raises ``InfrastructureError`` naming the node."""
+    record = runner.plan.health
+    if not record or record["mode"] == "off":
+        return
+    started = time.monotonic()
+    problems = health.failed(record["checks"]) + health.free_space()
+    if problems:
+        raise InfrastructureError("health check failed on node %s: %s"
+                                  % (runner.node, "; ".join(problems)), node=runner.node)
+    shown = ", ".join("%s %s >= %s" % (c["check"], c["found"], c["expected"])
+                      for c in record["checks"]) or "no instance row"
+    log("health (MNP_HEALTH=%s) basic checks passed in %.2fs: %s (%s); free space >= %d MiB"
+        % (record["mode"], time.monotonic() - started, shown,
+           record["instance_row"] or "instance type unknown", health.MIN_FREE_BYTES >> 20))
+
+
+def probe_port(cfg):
+    """The port the probe's rank 0 listens on: the first after MNP_MASTER_PORT that the
+    entrypoint does not use itself (torchrun binds MNP_MASTER_PORT later)."""
+    port = cfg.master_port + 1
+    while port in (cfg.rendezvous_port, cfg.ssh_port, cfg.master_port):
+        port += 1
+    return port
+
+
+def probe_argv(runner, table):
+    cfg = runner.cfg
+    plan = runner.plan.health["bandwidth"]
+    python = runner.facts.binaries.get("python3") or "python3"
+    main = [n for n in table if n.index == cfg.main_index][0]
+    return [python, bandwidth.__file__.replace(".pyc", ".py"), "--master", main.address,
+            "--port", str(probe_port(cfg)), "--nodes", str(len(table)),
+            "--node", str(cfg.node_index), "--backend", plan["backend"],
+            "--link-mib", str(plan["link_mib"]), "--allreduce-mib", str(plan["allreduce_mib"]),
+            "--timeout", str(int(plan["budget_s"])),
+            "--link-floor", str(plan["link_floor_gbps"])]
+
+
+def full(runner, table):
+    """The bandwidth probe on this node (all nodes run it at once); ``None`` when it passes or
+    is not asked for, else the failure ``Outcome`` naming the slowest node."""
+    record = runner.plan.health
+    if not record or record["mode"] != "full" or len(table) < 2:
+        return None
+    plan = record["bandwidth"]
+    started = time.monotonic()
+    result, why = run_probe(probe_argv(runner, table), runner.plan.environment,
+                            plan["budget_s"], runner.sup)
+    took = time.monotonic() - started
+    if result is None:
+        log("bandwidth probe failed after %.1fs: %s" % (took, why))
+        return outcome.infrastructure(runner.node, "bandwidth probe failed: %s" % why)
+    ok, slowest, line = health.verdict(result, plan)
+    figures = health.link_figures(result["nodes"])
+    for report in sorted(result["nodes"], key=lambda r: r["node"]):
+        log("bandwidth node %d: received %.2f Gbit/s (forward ring), %.2f Gbit/s (reverse); "
+            "link figure %.2f Gbit/s" % (report["node"], report["in_fwd"], report["in_rev"],
+                                         figures[report["node"]]))
+    if ok:
+        log("health (MNP_HEALTH=full) bandwidth probe passed in %.1fs: %s" % (took, line))
+        return None
+    log("health check failed: %s" % line)
+    return outcome.infrastructure(slowest, "bandwidth below the floor on %s" % line)
+
+
+def run_probe(argv, env, budget, sup):
+    """``(result, None)`` or ``(None, why)``; the probe is killed after ``budget`` seconds."""
+    env = dict(env)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, env=env, universal_newlines=True,
+                                start_new_session=True)
+    except OSError as exc:
+        return None, "cannot start %s: %s" % (argv[0], exc.strerror or exc)
+    deadline = time.monotonic() + budget + 10
+    while True:
+        try:
+            out, err = proc.communicate(timeout=0.5)
+            break
+        except subprocess.TimeoutExpired:
+            if sup.signal_received or time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                if sup.signal_received:
+                    return None, "stopped by signal %d" % sup.signal_received
+                return None, ("no result within %gs: a link is far below the floor or a node "
+                              "did not start the probe" % budget)
+    for line in out.splitlines():
+        if line.startswith(PROBE_PREFIX):
+            return json.loads(line[len(PROBE_PREFIX):]), None
+    last = [x for x in (err or "").splitlines() if x.strip()]
+    return None, "exit %s: %s" % (proc.returncode, last[-1] if last else "no output")

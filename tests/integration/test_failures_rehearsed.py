@@ -1,0 +1,142 @@
+"""Issue 24 "Done when", in ``invoke run --nodes 3`` rehearsals of the real ``cpu-tcp`` image
+(``matrix.deploy.rehearse``, the code behind ``invoke run``): each failure class ends the job with
+its own code and one line naming the node and the reason, and ``--attempts`` retries only the
+infrastructure code.
+
+Faults are made the way a bad host makes them: a node whose container never runs the entrypoint
+(it never joins), fake GPU device nodes (one fewer on one node than the instance type promises),
+and a tc qdisc throttling one node's link on the network the rehearsal made.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from entrypoint.core import errors
+from matrix.deploy.mounts import Mount
+from matrix.deploy.rehearse import rehearse
+
+pytestmark = [pytest.mark.docker]
+ROOT = Path(__file__).resolve().parents[2]
+SHOW_ATTEMPT = ["python3", "-c", "import os; print('attempt', os.environ['MNP_ATTEMPT'])"]
+EXIT3 = ["python3", "-c", "import sys; sys.exit(3)"]
+
+
+class Lines(list):
+    def __call__(self, line):
+        self.append(line)
+
+    def attempts(self):
+        return [line for line in self if re.match(r"attempt \d+/\d+: exit", line)]
+
+
+def run(docker_client, image, tmp_path, command, env=None, **kwargs):
+    mounts = []
+    if os.environ.get("MNP_TEST_MOUNT_ENTRYPOINT") == "1":  # develop against this checkout
+        mounts.append(Mount(str(ROOT / "entrypoint"), "/opt/mnp/lib/entrypoint", True))
+    lines = Lines()
+    code = rehearse(docker_client, image, 3, command, None, dict(env or {}), lines,
+                    log_dir=tmp_path / "logs", stop_timeout_s=2, mounts=mounts, timeout_s=300,
+                    **kwargs)
+    return code, lines
+
+
+def test_a_script_exiting_3_ends_the_job_with_3_and_is_not_retried(docker_client, cluster_image,
+                                                                   tmp_path):
+    code, lines = run(docker_client, cluster_image, tmp_path, EXIT3, attempts=2)
+    assert code == 3, lines
+    (attempt,) = lines.attempts()  # one attempt: a bug is never run twice
+    assert attempt.startswith("attempt 1/2: exit 3 (user on node "), attempt
+
+
+def never_joins(attempt, index):
+    """Node 2 of the first attempt: its container runs, the entrypoint never starts."""
+    if attempt == 1 and index == 2:
+        return {"entrypoint": ["sleep", "600"]}
+    return {}
+
+
+def test_a_node_that_never_joins_is_retried_once_and_attempt_2_succeeds(docker_client,
+                                                                       cluster_image, tmp_path):
+    code, lines = run(docker_client, cluster_image, tmp_path, SHOW_ATTEMPT,
+                      {"MNP_WAIT_TIMEOUT": "8"}, attempts=2, node_options=never_joins)
+    first, second = lines.attempts()
+    assert first.startswith(f"attempt 1/2: exit {errors.INFRASTRUCTURE_EXIT} (infrastructure on "
+                            "node 2): node(s) 2 never registered within 8s"), first
+    assert second.startswith("attempt 2/2: exit 0 (success on node 0)"), second
+    assert code == 0
+    ranks = [line for line in lines if line.endswith("attempt 2")]
+    assert len(ranks) == 3, lines  # MNP_ATTEMPT=2 reached the command on every rank
+    assert not [line for line in lines if line.endswith("attempt 1")]
+
+
+def fake_gpus(counts, shm="9g"):
+    """Every node gets /dev/nvidiaN device nodes (``/dev/null`` under that name) and a /dev/shm
+    of the size the instance type promises; ``counts`` says how many GPUs per node."""
+    def options(attempt, index):
+        count = counts.get(index, 4)
+        return {"devices": [f"/dev/null:/dev/nvidia{n}:rwm" for n in range(count)],
+                "shm_size": shm}
+    return options
+
+
+def test_a_node_with_fewer_gpus_than_its_type_promises_fails_basic(docker_client, cluster_image,
+                                                                  tmp_path):
+    code, lines = run(docker_client, cluster_image, tmp_path, SHOW_ATTEMPT,
+                      {"MNP_INSTANCE_TYPE": "g5.12xlarge", "MNP_FABRIC": "tcp"},
+                      node_options=fake_gpus({2: 3}))
+    assert code == errors.INFRASTRUCTURE_EXIT, lines
+    (attempt,) = lines.attempts()
+    assert attempt.startswith("attempt 1/1: exit 200 (infrastructure on node 2): "), attempt
+    # the failing node's own line: what it has, where it looked, and the row it compared with
+    assert ("node 2 says: exit 200 (infrastructure on node 2): health check failed on node 2: "
+            "GPUs: 3 found (/dev/nvidia[0-9]* (3 devices)), fewer than the 4 the instance type "
+            "promises (matrix/model/instances.yaml row g5.12xlarge: gpus 4)") in attempt, attempt
+    assert not [line for line in lines if line.startswith("attempt 1")
+                and "(infrastructure on node 0)" in line]
+
+
+def throttle(rate):
+    """A tc token bucket on node 2's interface, from the host, as soon as it started."""
+    def on_start(attempt, index, container):
+        if index != 2:
+            return
+        container.reload()
+        pid = str(container.attrs["State"]["Pid"])
+        subprocess.run(["nsenter", "-t", pid, "-n", "tc", "qdisc", "add", "dev", "eth0", "root",
+                        "tbf", "rate", rate, "burst", "256kb", "latency", "400ms"], check=True)
+    return on_start
+
+
+def test_a_throttled_node_fails_full_with_its_bandwidth_against_the_floor(docker_client,
+                                                                        cluster_image, tmp_path):
+    code, lines = run(docker_client, cluster_image, tmp_path, SHOW_ATTEMPT,
+                      {"MNP_HEALTH": "full"}, on_start=throttle("50mbit"))
+    assert code == errors.INFRASTRUCTURE_EXIT, lines
+    final = [line for line in lines if line.startswith("mnp-entrypoint[main 0/3]: exit ")][-1]
+    match = re.search(r"exit 200 \(infrastructure on node 2\): bandwidth below the floor on "
+                      r"node 2: (\d+\.\d+) Gbit/s link bandwidth, floor 0\.20 Gbit/s", final)
+    assert match and float(match.group(1)) < 0.2, final
+    assert not [line for line in lines if line.endswith("attempt 1")]  # no rank started
+
+
+def test_an_unthrottled_job_passes_full(docker_client, cluster_image, tmp_path):
+    code, lines = run(docker_client, cluster_image, tmp_path, SHOW_ATTEMPT,
+                      {"MNP_HEALTH": "full"})
+    assert code == 0, lines
+    assert [line for line in lines if "bandwidth probe passed" in line], lines
+
+
+@pytest.mark.slow
+def test_invoke_run_attempts_stops_on_a_user_failure(cpu_tcp_image):
+    """The same through the command line: `invoke run --nodes 3 --attempts 2`."""
+    proc = subprocess.run([sys.executable, "-m", "invoke", "run", "--stack", "cpu-tcp", "--nodes",
+                           "3", "--attempts", "2", "--", *EXIT3], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 3, (proc.stdout[-2000:], proc.stderr[-2000:])
+    attempts = [line for line in proc.stdout.splitlines() if line.startswith("attempt ")]
+    assert len(attempts) == 1 and attempts[0].startswith("attempt 1/2: exit 3 (user on node ")

@@ -1,0 +1,155 @@
+"""Issue 24: the job writers wire each scheduler's retry to the entrypoint's failure classes.
+
+Batch: ``retryStrategy.evaluateOnExit`` is checked with botocore's own model, then evaluated the
+way Batch documents it (each rule's globs must all match; the first matching rule decides; no
+match means RETRY), against the codes the entrypoint really exits with. PyTorchJob: the
+``ExitCode`` policy with the training-operator's rule (``IsRetryableExitCode``: code >= 128), and
+the manifests checked strictly against the vendored CRDs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+import botocore.session
+import pytest
+import yaml
+from botocore.validate import validate_parameters
+
+from entrypoint.core import errors
+from matrix.deploy import crds
+from matrix.deploy.jobdef import (
+    DEFAULT_ATTEMPTS,
+    HOST_FAILURE_REASON,
+    definition_for_stack,
+    retry_strategy,
+)
+from matrix.deploy.k8s import KINDS, build_manifest
+from matrix.errors import UserError
+from matrix.model.loader import load_matrix
+from tests.helpers import one_line
+
+ROOT = Path(__file__).resolve().parents[2]
+MATRIX = load_matrix(ROOT / "stacks.yaml")
+PAIRS = [(name, instance) for name, stack in MATRIX.stacks.items() for instance in stack.instances]
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/x@sha256:" + "c" * 64
+REGISTER = botocore.session.get_session().get_service_model("batch").operation_model(
+    "RegisterJobDefinition").input_shape
+HOST_GONE = "Host EC2 (instance i-0123456789abcdef0) terminated."
+ESSENTIAL = "Essential container in task exited"
+
+
+def batch_action(strategy: dict, exit_code: int | None, status_reason: str = ESSENTIAL,
+                 reason: str = "") -> str:
+    """What Batch does after an attempt: the first rule whose globs all match decides; none
+    matching means RETRY (API_EvaluateOnExit.html). ``EXIT`` once the attempts are spent is
+    Batch's own count, not modelled here."""
+    for rule in strategy.get("evaluateOnExit", []):
+        code = "" if exit_code is None else str(exit_code)
+        if all(fnmatchcase(value, rule[key]) for key, value in (
+                ("onExitCode", code), ("onStatusReason", status_reason), ("onReason", reason))
+               if key in rule):
+            return rule["action"]
+    return "RETRY"
+
+
+@pytest.mark.parametrize(("stack", "instance_type"), PAIRS, ids=[f"{s}@{i}" for s, i in PAIRS])
+def test_every_declared_pair_gets_a_valid_retry_strategy(stack, instance_type):
+    definition = definition_for_stack(MATRIX.stack(stack), 2, instance_type, IMAGE)
+    validate_parameters(definition, REGISTER)
+    strategy = definition["retryStrategy"]
+    assert strategy["attempts"] == DEFAULT_ATTEMPTS
+    assert batch_action(strategy, errors.INFRASTRUCTURE_EXIT) == "RETRY"
+    assert batch_action(strategy, None, HOST_GONE) == "RETRY"
+    for code in (1, 3, errors.CONFIGURATION_EXIT, 127, 137, errors.signal_exit(15), 255):
+        assert batch_action(strategy, code) == "EXIT", code
+    assert batch_action(strategy, 2000) == "EXIT"  # the glob is the whole code
+
+
+def test_without_the_last_rule_batch_would_retry_a_bug():
+    strategy = retry_strategy(3)
+    assert batch_action(strategy, 3) == "EXIT"
+    strategy["evaluateOnExit"].pop()  # the catch-all EXIT
+    assert batch_action(strategy, 3) == "RETRY"  # the test can tell
+
+
+def test_the_retry_rules_use_the_entrypoints_code_and_batchs_host_reason():
+    rules = retry_strategy(4)["evaluateOnExit"]
+    assert rules[0] == {"onExitCode": str(errors.INFRASTRUCTURE_EXIT), "action": "RETRY"}
+    assert rules[1] == {"onStatusReason": HOST_FAILURE_REASON, "action": "RETRY"}
+    assert retry_strategy(1) == {"attempts": 1}
+    with pytest.raises(UserError, match="--attempts 11: Batch runs a job 1 to 10 times"):
+        retry_strategy(11)
+
+
+NO_AWS = {"DOCKER_HOST": "unix:///nonexistent/docker.sock", "AWS_CONFIG_FILE": "/nonexistent",
+          "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", "AWS_EC2_METADATA_DISABLED": "true"}
+PAIR = ["--nodes", "2", "--instance-type", "c5n.18xlarge", "--image-uri", IMAGE]
+
+
+def task(name: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "invoke", name, *args, "--", "python3", "t.py"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **NO_AWS}, check=False)
+
+
+def test_jobdef_attempts_option(tmp_path):
+    target = tmp_path / "jd.json"
+    proc = task("jobdef", *PAIR, "--attempts", "4", "--output", str(target))
+    assert proc.returncode == 0, proc.stderr
+    definition = json.loads(target.read_text())
+    validate_parameters(definition, REGISTER)
+    assert definition["retryStrategy"]["attempts"] == 4
+    assert "--attempts 0: must be at least 1" in one_line(task("jobdef", *PAIR, "--attempts",
+                                                               "0"), 2)
+    assert "--attempts 11: at most 10" in one_line(task("jobdef", *PAIR, "--attempts", "11"), 2)
+
+
+# -- Kubernetes ------------------------------------------------------------------------------------
+
+def operator_restarts(code: int) -> bool:
+    """The training-operator's ExitCode rule (train_util.go IsRetryableExitCode)."""
+    return code >= 128
+
+
+@pytest.mark.parametrize(("stack", "instance_type"), PAIRS, ids=[f"{s}@{i}" for s, i in PAIRS])
+def test_every_pytorchjob_restarts_on_infrastructure_and_never_on_a_bug(stack, instance_type):
+    for elastic in (None, (1, 4)):
+        manifest = build_manifest("pytorchjob", stack, 2, instance_type, IMAGE, ["t"],
+                                  fabric=MATRIX.stack(stack).fabric, elastic=elastic, attempts=3)
+        assert crds.errors(manifest) == []  # strictly, against the vendored CRD
+        replicas = manifest["spec"]["pytorchReplicaSpecs"].values()
+        assert {r["restartPolicy"] for r in replicas} == {"ExitCode"}
+        assert manifest["spec"]["runPolicy"]["backoffLimit"] == 2
+    assert operator_restarts(errors.INFRASTRUCTURE_EXIT)
+    assert not operator_restarts(errors.CONFIGURATION_EXIT) and not operator_restarts(3)
+
+
+@pytest.mark.parametrize("kind", sorted(set(KINDS) - {"pytorchjob"}))
+def test_kinds_without_an_exit_code_policy_do_not_retry_and_refuse_attempts(tmp_path, kind):
+    manifest = build_manifest(kind, "cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["t"])
+    assert crds.errors(manifest) == []
+    if kind == "mpijob":
+        assert manifest["spec"]["runPolicy"]["backoffLimit"] == 0
+        launcher = manifest["spec"]["mpiReplicaSpecs"]["Launcher"]
+        assert launcher["restartPolicy"] == "Never"
+    line = one_line(task("k8s", "--kind", kind, *PAIR, "--attempts", "3"), 2)
+    assert f"--attempts 3: a {kind} cannot retry by exit code" in line
+    proc = task("k8s", "--kind", kind, *PAIR, "--attempts", "1", "--output",
+                str(tmp_path / "m.yaml"))
+    assert proc.returncode == 0, proc.stderr
+    assert crds.errors(yaml.safe_load((tmp_path / "m.yaml").read_text())) == []
+
+
+def test_k8s_attempts_option_sets_backoff_limit(tmp_path):
+    target = tmp_path / "pj.yaml"
+    proc = task("k8s", "--kind", "pytorchjob", *PAIR, "--attempts", "5", "--output", str(target))
+    assert proc.returncode == 0, proc.stderr
+    manifest = yaml.safe_load(target.read_text())
+    assert crds.errors(manifest) == []
+    assert manifest["spec"]["runPolicy"]["backoffLimit"] == 4
