@@ -167,9 +167,13 @@ def attempts_option(value: Any, maximum: int) -> int:
 
 def sbatch(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
            image_uri: str | None, launcher: str, output: str | None, command: list[str],
-           mounts: Any = None) -> str:
-    """Write a Slurm batch script (pyxis/enroot) that runs the command on every node."""
+           mounts: Any = None, attempts: Any = None) -> str:
+    """Write a Slurm batch script (pyxis/enroot) that runs the command on every node;
+    ``attempts`` (default 2) bounds its requeues, which only infrastructure failures get."""
+    from matrix.deploy import jobdef as jd
     from matrix.deploy import sbatch as sb
+
+    tries = attempts_option(attempts, jd.MAX_ATTEMPTS)
 
     launcher = choose(launcher, LAUNCHERS, "launcher", "--launcher")
     # with mpirun every srun --mpi=pmix task is one rank: the plan to check is mpirun's (what
@@ -182,7 +186,7 @@ def sbatch(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
     script = sb.build_sbatch_script(given.stack, given.nodes, given.instance_type, uri, command,
                                     launcher=launcher,
                                     fabric=given.matrix.stack(given.stack).fabric,
-                                    mounts=given.mounts)
+                                    mounts=given.mounts, max_attempts=tries)
     _emit(given, script, output)
     return script
 

@@ -63,7 +63,7 @@ ENTRYPOINT = "/usr/local/bin/mnp-entrypoint"
 # can fix (its failure classes, defined once in entrypoint/core/errors.py); the tests read them here.
 REQUEUE_EXIT_CODES = (INFRASTRUCTURE_EXIT,)
 # Attempts of one job in all, the first run included: a node that fails again is not the node.
-DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_MAX_ATTEMPTS = 2  # as invoke jobdef's retryStrategy: one retry after an infrastructure failure
 # Slurm's sources for the requeue lines (22.05 manuals).
 REQUEUE_SOURCES = ("https://slurm.schedmd.com/sbatch.html#OPT_requeue",
                    "https://slurm.schedmd.com/sbatch.html#OPT_SLURM_RESTART_COUNT",

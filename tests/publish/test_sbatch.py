@@ -242,7 +242,20 @@ def test_sbatch_writes_the_script(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["job.sbatch"]
 
 
+def test_sbatch_attempts_option(tmp_path):
+    """``--attempts`` reaches the script's requeue bound; the default is jobdef's (2)."""
+    target = tmp_path / "job.sbatch"
+    for args, bound in ((["--attempts", "4"], 4), ([], DEFAULT_MAX_ATTEMPTS)):
+        target.unlink(missing_ok=True)
+        proc = sbatch_cli(*PAIR, *args, "--output", str(target), command=COMMAND)
+        assert proc.returncode == 0, proc.stderr
+        assert f"max_attempts={bound}\n" in target.read_text()
+    assert DEFAULT_MAX_ATTEMPTS == 2
+
+
 @pytest.mark.parametrize(("args", "code", "words"), [
+    (["--attempts", "0"], 2, "--attempts 0: must be at least 1"),
+    (["--attempts", "11"], 2, "--attempts 11: at most 10"),
     (["--mount", "/fsx"], 2, "--mount '/fsx': expected HOST_PATH:CONTAINER_PATH[:ro]"),
     (["--mount", "/fsx,x:/fsx"], 2, "may not hold ',', ':'"),
     (["--launcher", "srun"], 2, "--launcher 'srun': no launcher of that name"),
