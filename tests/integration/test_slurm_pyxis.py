@@ -27,18 +27,15 @@ from matrix.deploy.sbatch import (
 )
 
 from .slurm_cluster import SlurmCluster, image_config, slurm_image
+from .test_slurm_entrypoint import ALLREDUCE  # the same MPI job
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-ALLREDUCE = """\
-from mpi4py import MPI
-c = MPI.COMM_WORLD
-print("rank=%d size=%d sum=%d" % (c.Get_rank(), c.Get_size(), c.allreduce(c.Get_rank() + 1)))
-"""
 DDP = """\
 import torch
 import torch.distributed as dist
+from tests.integration.test_slurm_entrypoint import ALLREDUCE  # the same MPI job
 dist.init_process_group("gloo")
 t = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(t)
