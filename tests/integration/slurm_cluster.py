@@ -109,8 +109,10 @@ class SlurmCluster:
 
     def __init__(self, client, image: str, workdir: Path, nodes: int = 3,
                  gpus_per_node: int = 0, pyxis_images: dict | None = None,
-                 start_timeout: float = 60, requeue_wait_s: int | None = None) -> None:
+                 start_timeout: float = 60, requeue_wait_s: int | None = None,
+                 shm_size: str = "256m") -> None:
         self.client = client
+        self.shm_size = shm_size  # each node's /dev/shm (a host's, which pyxis' containers share)
         self.image = image
         self.nodes = [f"node{i + 1}" for i in range(nodes)]
         self.prefix = f"mnp-slurm-{uuid.uuid4().hex[:8]}"
@@ -147,7 +149,7 @@ class SlurmCluster:
             self.image, [role], entrypoint=["/bin/sh", "/etc/slurm/start.sh"], detach=True,
             init=True, name=f"{self.prefix}-{name}", hostname=name,
             network=self.network.name, networking_config={self.network.name: endpoint},
-            volumes=volumes, labels={"mnp-test": "1"}, shm_size="256m",
+            volumes=volumes, labels={"mnp-test": "1"}, shm_size=self.shm_size,
             environment={"FAKE_GPUS": str(self.gpus if role == "node" else 0)})
         self.containers.append(container)
         return container

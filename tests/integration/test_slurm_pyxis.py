@@ -43,6 +43,11 @@ print("ddp rank=%d world=%d sum=%g" % (dist.get_rank(), dist.get_world_size(), t
       flush=True)
 dist.destroy_process_group()
 """
+# enroot binds the host's /dev/shm into every container (NVIDIA/enroot conf/mounts/10-system.fstab
+# line 7 at 102be94b), and a host's /dev/shm is a tmpfs of half its memory unless sized otherwise
+# (tmpfs(5) "size"): 96 GiB on the c5n.18xlarge these scripts name. The play's nodes get the
+# 4 GiB the entrypoint's health gate asks of that row (entrypoint/probe/health.py PROMISES).
+HOST_SHM = "4g"
 # an image whose ENTRYPOINT runs its arguments (env execs them): pyxis' entrypoint path works
 PLAIN = "localhost#plain:latest"
 DERIVED = "localhost:5000/team/derived@sha256:" + "d" * 64
@@ -61,7 +66,7 @@ def play(docker_client, cluster_image, tmp_path_factory):
               PLAIN: {"Env": config["Env"], "Entrypoint": ["/usr/bin/env"], "Cmd": None}}
     cluster = SlurmCluster(docker_client, slurm_image(docker_client, cluster_image),
                            tmp_path_factory.mktemp("slurm-pyxis"), pyxis_images=images,
-                           start_timeout=25, requeue_wait_s=10)
+                           start_timeout=25, requeue_wait_s=10, shm_size=HOST_SHM)
     try:
         cluster.start()
         cluster.wait_ready()
