@@ -1,0 +1,145 @@
+"""Scheduler adapters: the exact decisions mutation testing found unchecked (bench/mutation.py).
+
+Each test states a behaviour a user sees: which variable a one-line error names, what the dry
+run's lines say, the defaults a node table has, the bounds of a count. They go through the public
+functions (``schedulers.choose``, each adapter's ``table`` and ``example``, ``NodeTable``)."""
+
+import operator
+
+import pytest
+
+from entrypoint import schedulers
+from entrypoint.schedulers import base, batch
+from entrypoint.settings.config import ConfigError
+
+BATCH = {"AWS_BATCH_JOB_ID": "abc#1", "AWS_BATCH_JOB_NODE_INDEX": "1",
+         "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0", "AWS_BATCH_JOB_NUM_NODES": "3",
+         "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.0.0.5"}
+
+
+def error(function, *args):
+    with pytest.raises(ConfigError) as caught:
+        function(*args)
+    return str(caught.value)
+
+
+def without(env, *names):
+    return {k: v for k, v in env.items() if k not in names}
+
+
+# -- batch ------------------------------------------------------------------------------------
+def test_batch_detected_from_the_node_index_whatever_the_role():
+    for index, role in (("1", "child"), ("0", "main")):
+        table = batch.table(dict(BATCH, AWS_BATCH_JOB_NODE_INDEX=index))
+        assert (table.detected_from, table.role) == ("AWS_BATCH_JOB_NODE_INDEX", role)
+    single = batch.table(dict(BATCH, AWS_BATCH_JOB_NUM_NODES="1", AWS_BATCH_JOB_NODE_INDEX="0"))
+    assert (single.detected_from, single.role) == ("AWS_BATCH_JOB_NODE_INDEX", "single")
+
+
+def test_batch_errors_name_the_right_variable():
+    assert error(batch.table, {}) == (
+        "AWS_BATCH_JOB_NUM_NODES: is not set: this is not an AWS Batch multi-node job")
+    only_index = {"AWS_BATCH_JOB_NODE_INDEX": "1"}
+    assert error(batch.table, only_index) == (
+        "AWS_BATCH_JOB_MAIN_NODE_INDEX: is not set but AWS_BATCH_JOB_NODE_INDEX is: incomplete "
+        "Batch MNP environment")
+    only_num = {"AWS_BATCH_JOB_NUM_NODES": "3"}
+    assert error(batch.table, only_num).startswith(
+        "AWS_BATCH_JOB_NODE_INDEX: is not set but AWS_BATCH_JOB_NUM_NODES is")
+    assert error(batch.table, dict(BATCH, AWS_BATCH_JOB_NUM_NODES="0")) == (
+        "AWS_BATCH_JOB_NUM_NODES: 0 is below the minimum 1")
+
+
+def test_batch_job_id_shown_only_when_set():
+    assert batch.table(BATCH).extra == {"job id": "abc#1"}
+    assert batch.table(without(BATCH, "AWS_BATCH_JOB_ID")).extra == {}
+
+
+@pytest.mark.parametrize("address,message", [
+    ("not-an-ip", "'not-an-ip' is not an IPv4 address"),
+    ("127.0.0.1", "127.0.0.1 cannot be the main node's address"),
+    ("0.0.0.0", "0.0.0.0 cannot be the main node's address"),
+    ("224.0.0.1", "224.0.0.1 cannot be the main node's address"),
+])
+def test_batch_main_address_checked(address, message):
+    env = dict(BATCH, AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS=address)
+    assert error(batch.table, env) == "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS: " + message
+
+
+def test_batch_example_is_node_0_by_default():
+    assert batch.example(3) == {"AWS_BATCH_JOB_ID": "<job-id>#0", "AWS_BATCH_JOB_NODE_INDEX": "0",
+                                "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+                                "AWS_BATCH_JOB_NUM_NODES": "3"}
+    assert batch.example(3, 2)["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] == "192.0.2.10"
+
+
+# -- MNP_SCHEDULER ----------------------------------------------------------------------------
+def test_unknown_scheduler_names_the_closest_one():
+    message = error(schedulers.choose, {"MNP_SCHEDULER": "slrum"})
+    assert message.startswith("MNP_SCHEDULER: 'slrum' is not one of rank, batch, ")
+    assert message.endswith(" (did you mean slurm?)")
+    assert "(did you mean" not in error(schedulers.choose, {"MNP_SCHEDULER": "zzzzzz"})
+
+
+# -- NodeTable --------------------------------------------------------------------------------
+def test_node_table_defaults():
+    table = base.NodeTable("x", None, "single")
+    assert (table.node_rank, table.num_nodes, table.main_rank) == (0, 1, 0)
+    with pytest.raises(ValueError, match="unknown role 'boss'"):
+        base.NodeTable("x", None, "boss")
+
+
+def test_node_tables_compare_by_value():
+    one, same = base.NodeTable("x", "A", "main", num_nodes=2), base.NodeTable("x", "A", "main",
+                                                                                  num_nodes=2)
+    other = base.NodeTable("x", "A", "child", num_nodes=2)
+    # both operators, each way: __ne__ is its own method (Python 3.6 has no default for it)
+    assert operator.eq(one, same) and not operator.ne(one, same)
+    assert operator.ne(one, other) and not operator.eq(one, other)
+    assert operator.ne(one, "NodeTable") and not operator.eq(one, object())
+    assert repr(one).startswith("NodeTable(detected_from='A', extra={}, hosts=None, ")
+
+
+def test_role_line_says_node_and_count_only_where_known():
+    def role_line(**kwargs):
+        return base.NodeTable("x", None, **kwargs).lines()[1]
+    assert role_line(role="main", node_rank=0, num_nodes=3) == "role: main (node 0 of 3)"
+    assert role_line(role="child", node_rank=None, num_nodes=None) == "role: child"
+    assert role_line(role="launcher", num_nodes=2) == "role: launcher (starts the job on 2 node(s))"
+    assert role_line(role="launcher", num_nodes=None) == "role: launcher"
+    assert role_line(role="peer", num_nodes=3) == "role: peer"
+    assert role_line(role="worker", num_nodes=3) == "role: worker"
+
+
+def test_hosts_line_counts_what_it_does_not_show():
+    nine = [f"n{i}" for i in range(9)]
+    lines = base.NodeTable("x", None, "main", hosts=nine, num_nodes=9).lines()
+    assert "hosts: n0, n1, n2, n3, n4, n5, n6, n7, ... 1 more (9)" in lines
+    eight = base.NodeTable("x", None, "main", hosts=nine[:8], num_nodes=8).lines()
+    assert "hosts: n0, n1, n2, n3, n4, n5, n6, n7 (8)" in eight
+
+
+@pytest.mark.parametrize("slots,text", [
+    ([2, 2, 2, 1], "2(x3),1"), ([1], "1"), ([4, 4], "4(x2)"), ([1, 2, 1], "1,2,1"),
+    ([3, 3, 1, 1], "3(x2),1(x2)"),
+])
+def test_slots_line_in_slurms_short_form(slots, text):
+    lines = base.NodeTable("x", None, "main", slots=slots).lines()
+    assert "slots per node (from the scheduler): " + text in lines
+
+
+def test_integer_bounds_and_messages():
+    env = {"N": "5", "BAD": "five", "NEG": "-1"}
+    assert base.integer(env, "N", maximum=5) == 5
+    assert error(base.integer, env, "N", 0, 4) == "N: 5 is above the maximum 4"
+    assert error(base.integer, env, "BAD") == "N: 'five' is not an integer".replace("N", "BAD")
+    assert error(base.integer, env, "NEG") == "NEG: -1 is below the minimum 0"
+    assert base.optional_integer(env, "UNSET") is None
+    assert base.optional_integer({"Z": "0"}, "Z") == 0
+    assert error(base.optional_integer, env, "NEG") == "NEG: -1 is below the minimum 0"
+
+
+def test_slots_value_accepts_one_and_rejects_zero():
+    assert base.slots_value({"S": "1"}, "S") == 1
+    assert base.slots_value({"S": "auto"}, "S") is None
+    assert error(base.slots_value, {"S": "0"}, "S") == "S: 0 is below the minimum 1"
