@@ -1,0 +1,71 @@
+"""Launcher units: the decisions mutation testing found unchecked (bench/mutation.py), seen
+through the plan a node makes (``make_plan``) and each unit's command line."""
+
+from entrypoint.launchers import mpirun
+from entrypoint.plan import make as plan
+from entrypoint.probe.facts import NodeFacts
+from entrypoint.settings import config
+
+BATCH_MAIN = {"AWS_BATCH_JOB_NODE_INDEX": "0", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+              "AWS_BATCH_JOB_NUM_NODES": "2", "MNP_SECRET": "s"}
+# the srun task on node1 (node 0) of `srun -N2 --ntasks-per-node=1`: a main node Slurm wired
+SRUN_MAIN = {"SLURM_JOB_ID": "31", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_JOB_NUM_NODES": "2",
+             "SLURM_LOCALID": "0", "SLURM_NNODES": "2", "SLURM_NODEID": "0",
+             "SLURM_NODELIST": "node[1-2]", "SLURM_NTASKS": "2", "SLURM_PROCID": "0",
+             "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": "node[1-2]",
+             "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "2",
+             "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "SLURM_TASKS_PER_NODE": "1(x2)",
+             "SLURMD_NODENAME": "node1"}
+# the batch script of `sbatch -N2`: the launcher role, which starts ranks on every node
+SBATCH_SCRIPT = {"SLURM_JOB_ID": "32", "SLURM_JOB_NODELIST": "node[1-2]",
+                 "SLURM_JOB_NUM_NODES": "2", "SLURM_NNODES": "2", "SLURM_NODEID": "0",
+                 "SLURM_NODELIST": "node[1-2]", "SLURM_NTASKS": "2", "SLURM_PROCID": "0",
+                 "SLURM_TASKS_PER_NODE": "1(x2)", "SLURMD_NODENAME": "node1", "SLURM_LOCALID": "0"}
+BINARIES = {"mpirun": "/usr/bin/mpirun", "sshd": "/usr/sbin/sshd", "python3": "/usr/bin/python3"}
+
+
+def facts(**kw):
+    values = dict(address="10.0.0.5", interface="eth0", address_reason="test", is_root=True,
+                  binaries=dict(BINARIES), home="/root", slots=1, slots_source="test")
+    values.update(kw)
+    return NodeFacts(**values)
+
+
+def make(env, **settings):
+    return plan.make_plan(config.load(dict(env, **settings)), facts(), ["python3", "train.py"],
+                          {"PATH": "/bin"})
+
+
+def test_none_on_batch_main_needs_ssh_and_mpi_settings_for_the_script():
+    p = make(BATCH_MAIN, MNP_LAUNCHER="none")
+    assert p.launcher["unit"] == "none" and p.launcher["needs_ssh"] is True
+    assert p.problems == [] and p.argv == ["python3", "train.py"]
+    assert p.value("OMPI_MCA_btl_tcp_if_include") is not None  # a script may call mpirun
+
+
+def test_none_runs_where_slurm_started_each_node():
+    p = make(SRUN_MAIN, MNP_LAUNCHER="none")
+    assert p.problems == [] and p.argv == ["python3", "train.py"]
+    assert p.value("OMPI_MCA_btl_tcp_if_include") is None  # no wired nodes, no MPI settings
+
+
+def test_none_and_mpirun_may_start_ranks_from_a_batch_script():
+    for unit in ("none", "mpirun"):
+        p = make(SBATCH_SCRIPT, MNP_LAUNCHER=unit)
+        assert p.role["mode"] == "launcher" and p.problems == [], (unit, p.problems)
+
+
+def test_a_launcher_that_cannot_reach_hosts_is_a_problem_in_a_batch_script():
+    p = make(SBATCH_SCRIPT, MNP_LAUNCHER="torchrun")
+    assert any("cannot start ranks on the other nodes" in line for line in p.problems), p.problems
+
+
+def test_mpirun_sets_open_mpis_variables():
+    p = make(BATCH_MAIN, MNP_LAUNCHER="mpirun")
+    assert p.value("OMPI_MCA_btl_tcp_if_include") == "eth0"
+
+
+def test_mpirun_line_is_not_root_unless_told():
+    line = mpirun.command_line("mpirun", ["python3", "t.py"], 2, "/h", [])
+    assert "--allow-run-as-root" not in line
+    assert line[:3] == ["mpirun", "-np", "2"]
