@@ -154,10 +154,26 @@ def test_end_group_terms_then_kills_what_is_left(sup, tmp_path):
     assert 0.4 <= time.monotonic() - started < 5  # waited its grace, then SIGKILL
     sup.wait_any([leader], 5)
     assert leader.code == 137 and reaped
+    started = time.monotonic()
     lifecycle.end_group(polite.pid, grace=5, reap=sup.reap)
+    assert time.monotonic() - started < 1  # returns as soon as the group is gone
     sup.wait_any([polite], 5)
     assert polite.code == 143  # SIGTERM was enough
     started = time.monotonic()
     lifecycle.end_group(polite.pid, grace=5)  # the group is gone: returns at once
     lifecycle.kill_group(polite.pid)
     assert time.monotonic() - started < 1
+
+
+def test_spawned_processes_inherit_no_descriptor_of_the_entrypoint(sup, tmp_path):
+    """Even one marked inheritable (a listening socket, the rendezvous connection) stays ours."""
+    read_end, write_end = os.pipe()
+    os.set_inheritable(write_end, True)
+    try:
+        code = f"import os, sys; sys.exit(0 if not os.path.exists('/proc/self/fd/{write_end}') else 9)"
+        proc = sup.spawn("t", [sys.executable, "-c", code])
+        sup.wait_any([proc], 10)
+        assert proc.code == 0
+    finally:
+        os.close(read_end)
+        os.close(write_end)

@@ -9,7 +9,7 @@ import operator
 import pytest
 
 from entrypoint import schedulers
-from entrypoint.schedulers import base, batch
+from entrypoint.schedulers import base, batch, mpijob
 from entrypoint.settings.config import ConfigError
 
 BATCH = {"AWS_BATCH_JOB_ID": "abc#1", "AWS_BATCH_JOB_NODE_INDEX": "1",
@@ -143,3 +143,61 @@ def test_slots_value_accepts_one_and_rejects_zero():
     assert base.slots_value({"S": "1"}, "S") == 1
     assert base.slots_value({"S": "auto"}, "S") is None
     assert error(base.slots_value, {"S": "0"}, "S") == "S: 0 is below the minimum 1"
+
+
+# -- mpijob: the launcher's hostfile ----------------------------------------------------------
+def launcher(path):
+    return mpijob.table({"K_MPI_JOB_ROLE": "launcher", "OMPI_MCA_orte_default_hostfile": str(path)})
+
+
+def test_hostfile_size_limit_is_exact(tmp_path):
+    limit = 4 * 1024 * 1024
+    path = tmp_path / "hostfile"
+    head = b"node1 slots=2\n#"
+    path.write_bytes(head + b"x" * (limit - len(head)))
+    assert launcher(path).hosts == ["node1"]
+    path.write_bytes(head + b"x" * (limit - len(head) + 1))
+    assert error(launcher, path) == (
+        f"OMPI_MCA_orte_default_hostfile: {ascii(str(path))} is larger than {limit} bytes")
+
+
+@pytest.mark.parametrize("count,ok", [("0", False), ("1", True), ("4096", True), ("4097", False)])
+def test_hostfile_slot_counts_are_1_to_max_slots(tmp_path, count, ok):
+    path = tmp_path / "hostfile"
+    path.write_text(f"node1 slots={count}\n")
+    if ok:
+        assert launcher(path).slots == [int(count)]
+    else:
+        assert error(launcher, path) == (f"OMPI_MCA_orte_default_hostfile: {ascii(str(path))} "
+                                         f"line 1: {count!r} is not a slot count 1-4096")
+
+
+def test_hostfile_host_colon_count_is_checked_as_one_count(tmp_path):
+    path = tmp_path / "hostfile"
+    path.write_text("node1:4:x\n")
+    assert error(launcher, path).endswith("line 1: '4:x' is not a slot count 1-4096")
+
+
+def test_hostfile_node_limit_and_empty_file(tmp_path):
+    path = tmp_path / "hostfile"
+    path.write_text("".join(f"n{i}\n" for i in range(10000)))
+    table = launcher(path)
+    assert table.num_nodes == 10000 and table.slots is None
+    path.write_text("".join(f"n{i}\n" for i in range(10001)))
+    assert error(launcher, path).endswith(f"{ascii(str(path))} names more than 10000 hosts")
+    path.write_text("# nothing\n\n")
+    assert error(launcher, path) == (
+        f"OMPI_MCA_orte_default_hostfile: {ascii(str(path))} names no host")
+
+
+def test_an_unreadable_hostfile_is_one_line():
+    assert error(launcher, "/proc/self/mem") == (
+        "OMPI_MCA_orte_default_hostfile: cannot read '/proc/self/mem': Input/output error")
+
+
+def test_the_operators_default_hostfile_is_named_as_such():
+    table = mpijob.table({"K_MPI_JOB_ROLE": "launcher"})
+    assert table.extra["hostfile"] == (
+        "/etc/mpi/hostfile (the operator's default path): not readable here")
+    assert error(mpijob.table, {"K_MPI_JOB_ROLE": "boss"}) == (
+        "K_MPI_JOB_ROLE: 'boss' is not launcher or worker")
