@@ -9,7 +9,7 @@ import operator
 import pytest
 
 from entrypoint import schedulers
-from entrypoint.schedulers import base, batch, mpijob
+from entrypoint.schedulers import base, batch, mpijob, nodelist
 from entrypoint.settings.config import ConfigError
 
 BATCH = {"AWS_BATCH_JOB_ID": "abc#1", "AWS_BATCH_JOB_NODE_INDEX": "1",
@@ -201,3 +201,32 @@ def test_the_operators_default_hostfile_is_named_as_such():
         "/etc/mpi/hostfile (the operator's default path): not readable here")
     assert error(mpijob.table, {"K_MPI_JOB_ROLE": "boss"}) == (
         "K_MPI_JOB_ROLE: 'boss' is not launcher or worker")
+
+
+# -- Slurm host lists and counts --------------------------------------------------------------
+@pytest.mark.parametrize("text,message", [
+    ("n[1", "'[' without ']' in 'n[1'"),
+    ("n[[1]]", "nested '[' in 'n[[1]]'"),
+    ("n1]", "']' without '[' in 'n1]'"),
+    ("n[1]x", "'n[1]x': nothing may follow the last ']' (Slurm rejects it too)"),
+    ("n[0-65536]", "range 0-65536 names more than 65536 hosts"),
+    ("a[0-65535],b[1]", "'b[1]' names more than 65536 hosts"),
+])
+def test_malformed_host_lists_say_why(text, message):
+    with pytest.raises(ValueError) as caught:
+        nodelist.expand(text)
+    assert str(caught.value) == message
+
+
+def test_host_list_limits_are_inclusive():
+    assert len(nodelist.expand("n[0-65535]")) == 65536
+    assert len(nodelist.expand("a[1-65535],b[1]")) == 65536
+
+
+def test_task_counts_limits_and_messages():
+    assert len(nodelist.expand_counts("1(x65535),2")) == 65536
+    with pytest.raises(ValueError, match=r"^'1\(x65537\)' repeats 65537 times$"):
+        nodelist.expand_counts("1(x65537)")
+    with pytest.raises(ValueError) as caught:
+        nodelist.expand_counts("2,a")
+    assert str(caught.value) == "'a' is not N or N(xM)"
