@@ -9,7 +9,7 @@ import operator
 import pytest
 
 from entrypoint import schedulers
-from entrypoint.schedulers import base, batch, mpijob, nodelist
+from entrypoint.schedulers import base, batch, mpijob, nodelist, pytorchjob, rank, trainjob
 from entrypoint.settings.config import ConfigError
 
 BATCH = {"AWS_BATCH_JOB_ID": "abc#1", "AWS_BATCH_JOB_NODE_INDEX": "1",
@@ -230,3 +230,140 @@ def test_task_counts_limits_and_messages():
     with pytest.raises(ValueError) as caught:
         nodelist.expand_counts("2,a")
     assert str(caught.value) == "'a' is not N or N(xM)"
+
+
+# -- Kubeflow: PyTorchJob (static and elastic), TrainJob; the ranks a launcher started ----------
+STATIC = {"MASTER_ADDR": "pj-master-0", "RANK": "1", "WORLD_SIZE": "2"}
+ELASTIC = {"PET_RDZV_ENDPOINT": "etcd-service:2379", "PET_NNODES": "1:3"}
+TRAINJOB = {"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "tj-node-0-0.tj"}
+
+
+def test_pytorchjob_static_roles_ranks_and_port():
+    assert pytorchjob.detect(STATIC) == "MASTER_ADDR"
+    assert pytorchjob.detect(dict(STATIC, PET_MASTER_ADDR="x")) == "PET_MASTER_ADDR"
+    assert pytorchjob.detect(without(STATIC, "WORLD_SIZE")) is None
+    child = pytorchjob.table(STATIC)
+    assert (child.role, child.node_rank, child.num_nodes, child.main_address) == (
+        "child", 1, 2, "pj-master-0")
+    assert pytorchjob.table(dict(STATIC, RANK="0")).role == "main"
+    assert pytorchjob.table(dict(STATIC, RANK="0", WORLD_SIZE="1")).role == "single"
+    # release 1.9's PET_* win over the plain names
+    table = pytorchjob.table(dict(STATIC, PET_NODE_RANK="0", PET_NNODES="4", MASTER_PORT="23456",
+                                  PET_MASTER_PORT="29400"))
+    assert (table.node_rank, table.num_nodes, table.master_port) == (0, 4, 29400)
+    assert table.extra["master port"] == "29400"
+    assert error(pytorchjob.table, dict(STATIC, RANK="2")) == "RANK: 2 is not below WORLD_SIZE=2"
+    assert error(pytorchjob.table, dict(STATIC, PET_NODE_RANK="4", PET_NNODES="4")) == (
+        "PET_NODE_RANK: 4 is not below PET_NNODES=4")
+
+
+def test_pytorchjob_elastic_peer_and_its_lines():
+    assert pytorchjob.detect(ELASTIC) == "PET_RDZV_ENDPOINT"
+    peer = pytorchjob.table(ELASTIC)
+    assert (peer.role, peer.node_rank, peer.num_nodes) == ("peer", None, 3)
+    assert (peer.elastic.backend, peer.elastic.endpoint, peer.elastic.nnodes) == (
+        "c10d", "etcd-service:2379", "1:3")
+    assert peer.extra == {"rdzv endpoint": "etcd-service:2379", "nnodes": "1:3",
+                          "rdzv backend": "c10d (torchrun's default here)"}
+    full = pytorchjob.table(dict(ELASTIC, PET_RDZV_BACKEND="etcd", PET_MAX_RESTARTS="3",
+                                 PET_RDZV_ID="job-1", PET_RDZV_CONF="timeout=900",
+                                 PET_NPROC_PER_NODE="8", PET_RDZV_ENDPOINT="etcd-service"))
+    assert full.elastic.endpoint == "etcd-service" and full.elastic.max_restarts == 3
+    assert {k: full.extra[k] for k in ("rdzv backend", "max restarts", "rdzv id", "rdzv conf",
+                                        "nproc per node")} == {
+        "rdzv backend": "etcd", "max restarts": "3", "rdzv id": "job-1",
+        "rdzv conf": "timeout=900", "nproc per node": "8 (PET_NPROC_PER_NODE)"}
+    assert full.slots == [8, 8, 8] and full.slots_are == "processes"
+    forced = pytorchjob.table({"PET_RDZV_ENDPOINT": "w-0:29400"})  # no PET_NNODES: one node
+    assert forced.elastic.nnodes == "1:1" and forced.num_nodes == 1
+
+
+@pytest.mark.parametrize("value,message", [
+    ("0:2", "PET_NNODES: '0:2': need 1 <= MIN <= MAX <= 10000"),
+    ("3:2", "PET_NNODES: '3:2': need 1 <= MIN <= MAX <= 10000"),
+    ("1:10001", "PET_NNODES: '1:10001': need 1 <= MIN <= MAX <= 10000"),
+    ("x", "PET_NNODES: 'x' is not N or MIN:MAX"),
+])
+def test_nnodes_bounds(value, message):
+    assert error(pytorchjob.table, dict(ELASTIC, PET_NNODES=value)) == message
+
+
+def test_nnodes_upper_bound_is_inclusive():
+    assert pytorchjob.table(dict(ELASTIC, PET_NNODES="1:10000")).num_nodes == 10000
+    assert pytorchjob.table(dict(ELASTIC, PET_NNODES="5")).elastic.nnodes == "5:5"
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("etcd:1", ("etcd", 1)), ("etcd:65535", ("etcd", 65535)), ("etcd", ("etcd", None)),
+    ("etcd:0", "PET_RDZV_ENDPOINT: 'etcd:0': the port must be 1-65535"),
+    ("etcd:65536", "PET_RDZV_ENDPOINT: 'etcd:65536': the port must be 1-65535"),
+    ("etcd:x", "PET_RDZV_ENDPOINT: 'etcd:x': the port must be 1-65535"),
+    (":2379", "PET_RDZV_ENDPOINT: ':2379' is not HOST[:PORT]"),
+    ("et cd:1", "PET_RDZV_ENDPOINT: 'et cd:1' is not HOST[:PORT]"),
+])
+def test_rendezvous_endpoint(value, expected):
+    env = dict(ELASTIC, PET_RDZV_ENDPOINT=value)
+    if isinstance(expected, str):
+        assert error(pytorchjob.table, env) == expected
+    else:
+        host, port = expected
+        assert pytorchjob.table(env).elastic.endpoint == host + (f":{port}" if port else "")
+
+
+def test_nproc_per_node_names_its_variable():
+    old = pytorchjob.table(dict(ELASTIC, PET_N_PROC_PER_NODE="4"))
+    assert old.slots == [4, 4, 4] and old.extra["nproc per node"] == "4 (PET_N_PROC_PER_NODE)"
+    auto = pytorchjob.table(dict(ELASTIC, PET_NPROC_PER_NODE="auto"))
+    assert auto.slots is None and auto.slots_are is None
+    assert auto.extra["nproc per node"] == "auto (PET_NPROC_PER_NODE)"
+
+
+def test_trainjob_roles_port_and_errors():
+    assert trainjob.detect(TRAINJOB) == "PET_NODE_RANK"
+    assert trainjob.detect(without(TRAINJOB, "PET_NNODES")) is None
+    node = trainjob.table(dict(TRAINJOB, PET_MASTER_PORT="29500", JOB_COMPLETION_INDEX="1"))
+    assert (node.role, node.node_rank, node.num_nodes, node.main_address, node.master_port) == (
+        "child", 1, 2, "tj-node-0-0.tj", 29500)
+    assert node.extra == {"master port": "29500", "job completion index": "1"}
+    assert trainjob.table(dict(TRAINJOB, PET_NODE_RANK="0")).role == "main"
+    assert trainjob.table(dict(TRAINJOB, PET_NODE_RANK="0", PET_NNODES="1")).role == "single"
+    assert trainjob.table(dict(TRAINJOB, PET_MASTER_ADDR="m:29400")).master_port == 29400
+    assert trainjob.table(without(TRAINJOB, "PET_MASTER_ADDR")).main_address is None
+    assert error(trainjob.table, without(TRAINJOB, "PET_NNODES")) == (
+        "PET_NNODES: is not set: a TrainJob node gets it from the trainer")
+    assert error(trainjob.table, dict(TRAINJOB, PET_NNODES="1:2")) == (
+        "PET_NNODES: 1:2: a TrainJob has a fixed node count")
+    assert error(trainjob.table, dict(TRAINJOB, PET_NODE_RANK="2")) == (
+        "PET_NODE_RANK: 2 is not below PET_NNODES=2")
+    assert error(trainjob.table, dict(TRAINJOB, PET_MASTER_PORT="0")) == (
+        "PET_MASTER_PORT: 0 is below the minimum 1")
+    assert trainjob.example(2, 1)["PET_NODE_RANK"] == "1" and trainjob.example(2)[
+        "JOB_COMPLETION_INDEX"] == "0"
+
+
+@pytest.mark.parametrize("env,started_by,extra", [
+    ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1"},
+     "Open MPI mpirun", {"world size": "4 (OMPI_COMM_WORLD_SIZE)",
+                         "local rank": "1 (OMPI_COMM_WORLD_LOCAL_RANK)"}),
+    ({"PMIX_RANK": "2"}, "a PMIx server (srun --mpi=pmix or mpirun)", {}),
+    ({"PMI_RANK": "0", "PMI_SIZE": "1"},
+     "a PMI server (MPICH/Intel MPI hydra or srun --mpi=pmi2)", {"world size": "1 (PMI_SIZE)"}),
+    ({"LOCAL_RANK": "0", "WORLD_SIZE": "8"}, "torchrun, torch.distributed.launch or deepspeed",
+     {"world size": "8 (WORLD_SIZE)"}),
+])
+def test_a_rank_says_who_started_it(env, started_by, extra):
+    table = rank.table(env)
+    name = next(iter(env))
+    assert (table.role, table.detected_from, table.rank) == ("rank", name, int(env[name]))
+    assert table.extra == dict({"started by": started_by, "rank": f"{env[name]} ({name})"},
+                               **extra)
+
+
+def test_a_rank_beyond_its_world_is_an_error():
+    assert error(rank.table, {"OMPI_COMM_WORLD_RANK": "4", "OMPI_COMM_WORLD_SIZE": "4"}) == (
+        "OMPI_COMM_WORLD_RANK: 4 is not below OMPI_COMM_WORLD_SIZE=4")
+    assert error(rank.table, {"PMI_RANK": "0", "PMI_SIZE": "0"}) == (
+        "PMI_SIZE: 0 is below the minimum 1")
+    assert rank.example(4, 2) == {"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4",
+                                  "OMPI_COMM_WORLD_LOCAL_RANK": "0"}
+    assert rank.example(4)["OMPI_COMM_WORLD_RANK"] == "0"
