@@ -9,7 +9,7 @@ import operator
 import pytest
 
 from entrypoint import schedulers
-from entrypoint.schedulers import base, batch, mpijob, nodelist, pytorchjob, rank, trainjob
+from entrypoint.schedulers import base, batch, mpijob, nodelist, pytorchjob, rank, slurm, trainjob
 from entrypoint.settings.config import ConfigError
 
 BATCH = {"AWS_BATCH_JOB_ID": "abc#1", "AWS_BATCH_JOB_NODE_INDEX": "1",
@@ -367,3 +367,75 @@ def test_a_rank_beyond_its_world_is_an_error():
     assert rank.example(4, 2) == {"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4",
                                   "OMPI_COMM_WORLD_LOCAL_RANK": "0"}
     assert rank.example(4)["OMPI_COMM_WORLD_RANK"] == "0"
+
+
+# -- Slurm ------------------------------------------------------------------------------------
+def test_slurm_step_and_script_variables():
+    step = slurm.table(slurm.example(3, 1))
+    assert (step.role, step.node_rank, step.main_address, step.slots) == (
+        "child", 1, "node1", [1, 1, 1])
+    assert step.extra == {"job id": "1234", "launch": "srun step 0", "this node": "node2",
+                          "task": "SLURM_PROCID=1 of SLURM_NTASKS=3, SLURM_LOCALID=0"}
+    assert slurm.table(slurm.example(1)).role == "single"
+    assert slurm.table(slurm.example(2, 0)).role == "main"
+    # a step's own list wins over the job's; a batch script reads the job's
+    env = dict(slurm.example(3, 0), SLURM_STEP_NODELIST="node[1-2]", SLURM_STEP_NUM_NODES="2",
+               SLURM_STEP_TASKS_PER_NODE="2(x2)", SLURM_NTASKS="4")
+    assert slurm.table(env).hosts == ["node1", "node2"]
+    script = without(env, "SLURM_STEP_ID")
+    launcher = slurm.table(script)
+    assert (launcher.role, launcher.hosts, launcher.slots) == (
+        "launcher", ["node1", "node2", "node3"], [1, 1, 1])
+    assert launcher.extra["launch"] == "batch script or salloc shell (no SLURM_STEP_ID)"
+    assert "task" not in launcher.extra
+    salloc = slurm.table(without(script, "SLURM_NODEID"))
+    assert salloc.role == "launcher" and salloc.node_rank is None
+    old = slurm.table({"SLURM_JOBID": "7", "SLURM_STEPID": "2", "SLURM_NODEID": "0",
+                       "SLURM_NODELIST": "a,b", "SLURM_GPUS_ON_NODE": "4"})
+    assert (old.detected_from, old.extra["job id"], old.extra["launch"]) == (
+        "SLURM_JOBID", "7", "srun step 2")
+    assert old.extra["gpus on node"] == "4" and old.slots is None
+    assert slurm.table(dict(slurm.example(2), SLURM_NTASKS="2")).extra["task"] == (
+        "SLURM_PROCID=0 of SLURM_NTASKS=2, SLURM_LOCALID=0")
+    unknown = slurm.table(without(slurm.example(2), "SLURM_NTASKS", "SLURM_LOCALID"))
+    assert unknown.extra["task"] == "SLURM_PROCID=0 of SLURM_NTASKS=?, SLURM_LOCALID=?"
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"SLURM_JOB_ID": None}, "SLURM_JOB_ID: is not set: this is not a Slurm job"),
+    ({"SLURM_STEP_NODELIST": None, "SLURM_JOB_NODELIST": None},
+     "SLURM_JOB_NODELIST: is not set: Slurm names the job's nodes in it"),
+    ({"SLURM_STEP_NODELIST": "node[1-"},
+     "SLURM_STEP_NODELIST: is not a Slurm host list: '[' without ']' in 'node[1-'"),
+    ({"SLURM_STEP_NODELIST": ","}, "SLURM_STEP_NODELIST: names no host"),
+    ({"SLURM_STEP_NUM_NODES": "2"}, "SLURM_STEP_NODELIST: names 3 host(s) but SLURM_STEP_NUM_NODES=2"),
+    ({"SLURM_STEP_TASKS_PER_NODE": "1(x2)"},
+     "SLURM_STEP_TASKS_PER_NODE: gives 2 node(s) but the host list names 3"),
+    ({"SLURM_STEP_TASKS_PER_NODE": "x"},
+     "SLURM_STEP_TASKS_PER_NODE: is not a Slurm task count list like 2(x3),1: 'x' is not N or N(xM)"),
+    ({"SLURM_NODEID": "3"}, "SLURM_NODEID: 3 is not below the node count 3 (SLURM_STEP_NUM_NODES)"),
+    ({"SLURM_NODEID": "3", "SLURM_STEP_NUM_NODES": None, "SLURM_JOB_NUM_NODES": None},
+     "SLURM_NODEID: 3 is not below the node count 3 (SLURM_STEP_NODELIST)"),
+    ({"SLURM_PROCID": "3"}, "SLURM_PROCID: 3 is not below SLURM_NTASKS=3"),
+    ({"SLURM_NTASKS": "0"}, "SLURM_NTASKS: 0 is below the minimum 1"),
+    ({"SLURM_STEP_NUM_NODES": "0"}, "SLURM_STEP_NUM_NODES: 0 is below the minimum 1"),
+])
+def test_slurm_errors_name_the_variable(change, message):
+    env = slurm.example(3, 1)
+    for name, value in change.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    assert error(slurm.table, env) == message
+
+
+def test_slurm_host_count_limit():
+    env = dict(slurm.example(2), SLURM_STEP_NODELIST="n[1-10001]", SLURM_STEP_NUM_NODES="10001")
+    assert error(slurm.table, env) == "SLURM_STEP_NODELIST: names 10001 hosts, more than 10000"
+    ok = dict(slurm.example(2), SLURM_STEP_NODELIST="n[1-10000]", SLURM_STEP_NUM_NODES="10000",
+              SLURM_STEP_TASKS_PER_NODE="1(x10000)")
+    assert slurm.table(ok).num_nodes == 10000
+    script = without(dict(slurm.example(3), SLURM_NODEID="3"), "SLURM_STEP_ID")
+    assert error(slurm.table, script) == (
+        "SLURM_NODEID: 3 is not below the node count 3 (SLURM_JOB_NUM_NODES)")
