@@ -177,3 +177,41 @@ def test_spawned_processes_inherit_no_descriptor_of_the_entrypoint(sup, tmp_path
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h: orphans of our children become ours, as with PID 1
+
+
+@pytest.fixture
+def subreaper():
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    yield
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
+def test_orphans_reparented_to_us_are_reaped_and_not_reported(sup, subreaper, tmp_path):
+    """As PID 1 the entrypoint inherits every orphan (an sshd session, an ssh the launcher
+    left): ``reap`` collects them and reports only the processes it started."""
+    proc = sup.spawn("t", ["sh", "-c", f"sleep 0.3 & echo $! > {tmp_path / 'orphan'}; exit 0"])
+    sup.wait_any([proc], 10)
+    orphan = int((tmp_path / "orphan").read_text())
+    time.sleep(0.8)
+    assert sup.reap() == []
+    assert not os.path.exists(f"/proc/{orphan}")  # collected, no zombie left
+
+
+def test_end_group_waits_two_seconds_by_default(sup, tmp_path):
+    stubborn = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "open('ready', 'w').close(); time.sleep(60)")
+    leader = sup.spawn("t", [sys.executable, "-c", stubborn], cwd=str(tmp_path))
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = time.monotonic()
+    lifecycle.end_group(leader.pid, reap=sup.reap)
+    assert time.monotonic() - started >= 1.9
+    sup.wait_any([leader], 5)
+    assert leader.code == 137
