@@ -140,3 +140,43 @@ def test_a_guessed_version_is_said_in_the_reason():
     p = make(efa_gpu(versions={"aws-ofi-nccl": "1.7.4", "libfabric": "1.18.0"}, gpus=8))
     reasons = [e["reason"] for e in p.env if "(guessed: " in e["reason"]]
     assert reasons and all("nccl version unknown" in r for r in reasons), p.env
+
+
+def entry(p, name):
+    return next((e for e in p.env if e["name"] == name), None)
+
+
+def test_device_rdma_applies_when_a_version_it_depends_on_is_unknown():
+    plugin_unknown = make(efa_gpu(versions={"libfabric": "1.18.0", "nccl": "2.14.3"}))
+    assert entry(plugin_unknown, "FI_EFA_USE_DEVICE_RDMA")["value"] == "1"
+    assert "(guessed: aws-ofi-nccl version unknown)" in entry(
+        plugin_unknown, "FI_EFA_USE_DEVICE_RDMA")["reason"]
+    libfabric_unknown = make(efa_gpu(versions={"aws-ofi-nccl": "1.7.4", "nccl": "2.14.3"}))
+    assert entry(libfabric_unknown, "FI_EFA_USE_DEVICE_RDMA")["value"] == "1"
+    assert "(guessed: libfabric version unknown)" in entry(
+        libfabric_unknown, "FI_EFA_USE_DEVICE_RDMA")["reason"]
+    known = make(efa_gpu())  # 1.7.4 with 1.18.0: the plugin enables it by itself
+    assert entry(known, "FI_EFA_USE_DEVICE_RDMA") is None
+
+
+def tcp_gpu(**kw):
+    return facts(gpus=8, slots=8, **kw)
+
+
+def test_socket_tuning_applies_when_the_nccl_version_is_unknown():
+    p = make(tcp_gpu())
+    assert (p.value("NCCL_SOCKET_NTHREADS"), p.value("NCCL_NSOCKS_PERTHREAD")) == ("2", "8")
+    assert "(guessed: nccl version unknown)" in entry(p, "NCCL_SOCKET_NTHREADS")["reason"]
+
+
+def test_without_an_interface_only_the_interface_settings_are_skipped():
+    p = make(tcp_gpu(interface=None, versions={"nccl": "2.14.3"}))
+    assert p.value("NCCL_SOCKET_IFNAME") is None and p.value("GLOO_SOCKET_IFNAME") is None
+    assert p.value("NCCL_SOCKET_NTHREADS") == "2"  # a later row, no {interface} in it
+
+
+def test_the_unset_credits_setting_names_the_article_it_came_from():
+    reason = next(e["reason"] for e in make(efa_gpu()).not_set
+                  if e["name"] == "FI_EFA_TX_MIN_CREDITS")
+    assert "(https://aws.amazon.com/blogs/compute/optimizing-deep-learning-on-p3-and-p3dn-with-" \
+           "efa/, its mpirun line with NCCL 2.4.8)" in reason
