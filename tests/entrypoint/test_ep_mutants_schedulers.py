@@ -439,3 +439,15 @@ def test_slurm_host_count_limit():
     script = without(dict(slurm.example(3), SLURM_NODEID="3"), "SLURM_STEP_ID")
     assert error(slurm.table, script) == (
         "SLURM_NODEID: 3 is not below the node count 3 (SLURM_JOB_NUM_NODES)")
+
+
+def test_a_forced_rank_without_variables_names_open_mpis():
+    assert error(schedulers.choose, {"MNP_SCHEDULER": "rank"}) == "OMPI_COMM_WORLD_RANK: is not set"
+    table = rank.table({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"})
+    assert "local rank" not in table.extra
+
+
+def test_a_single_node_is_node_0_of_1():
+    table = schedulers.choose({})
+    assert (table.scheduler, table.role, table.node_rank, table.num_nodes) == (
+        "single", "single", 0, 1)
