@@ -451,3 +451,18 @@ def test_a_single_node_is_node_0_of_1():
     table = schedulers.choose({})
     assert (table.scheduler, table.role, table.node_rank, table.num_nodes) == (
         "single", "single", 0, 1)
+
+
+def test_pytorchjob_port_and_world_bounds_and_examples():
+    assert pytorchjob.table(dict(STATIC, MASTER_PORT="65535")).master_port == 65535
+    assert pytorchjob.table(dict(STATIC, MASTER_PORT="1")).master_port == 1
+    assert error(pytorchjob.table, dict(STATIC, MASTER_PORT="65536")) == (
+        "MASTER_PORT: 65536 is above the maximum 65535")
+    assert error(pytorchjob.table, dict(STATIC, PET_MASTER_PORT="0")) == (
+        "PET_MASTER_PORT: 0 is below the minimum 1")
+    assert error(pytorchjob.table, dict(STATIC, WORLD_SIZE="0")) == (
+        "WORLD_SIZE: 0 is below the minimum 1")
+    assert pytorchjob.example(2)["RANK"] == "0" and pytorchjob.example(2, 1)["PET_NODE_RANK"] == "1"
+    assert pytorchjob.elastic_example(2, "etcd-v2")["PET_RDZV_ENDPOINT"] == "etcd-service:2379"
+    c10d = pytorchjob.elastic_example(2)
+    assert (c10d["PET_RDZV_ENDPOINT"], c10d["PET_NNODES"]) == ("job-worker-0:23456", "2:2")
