@@ -1,6 +1,9 @@
 """Launcher units: the decisions mutation testing found unchecked (bench/mutation.py), seen
 through the plan a node makes (``make_plan``) and each unit's command line."""
 
+import pytest
+
+from entrypoint import launchers
 from entrypoint.launchers import mpirun
 from entrypoint.plan import make as plan
 from entrypoint.probe.facts import NodeFacts
@@ -69,3 +72,25 @@ def test_mpirun_line_is_not_root_unless_told():
     line = mpirun.command_line("mpirun", ["python3", "t.py"], 2, "/h", [])
     assert "--allow-run-as-root" not in line
     assert line[:3] == ["mpirun", "-np", "2"]
+
+
+@pytest.mark.parametrize("command,found", [
+    ([], None),
+    (["torchrun", "--nproc_per_node", "8", "train.py"], "torchrun"),
+    (["/usr/bin/mpirun", "-np", "2", "a.out"], "mpirun"),
+    (["mpiexec", "a.out"], "mpiexec"),
+    (["deepspeed", "train.py"], "deepspeed"),
+    (["srun", "python3", "t.py"], "srun"),
+    (["horovodrun", "-np", "4", "python3", "t.py"], "horovodrun"),
+    (["python3", "-m", "torch.distributed.run", "t.py"], "python3 -m torch.distributed.run"),
+    (["/usr/bin/python3.11", "-m", "torch.distributed.launch"],
+     "python3.11 -m torch.distributed.launch"),
+    (["python", "-m", "deepspeed.launcher.runner", "t.py"], "python -m deepspeed.launcher.runner"),
+    (["python3", "-m"], None),
+    (["python3", "-m", "mymodule", "torch.distributed.run"], None),
+    (["python3", "train.py", "-m", "torch.distributed.run"], None),
+    (["bash", "-m", "torch.distributed.run"], None),
+    (["train.py", "torchrun"], None),
+])
+def test_the_launcher_a_command_calls_itself(command, found):
+    assert launchers.launcher_command(command) == found
