@@ -4,7 +4,7 @@ through the plan a node makes (``make_plan``) and each unit's command line."""
 import pytest
 
 from entrypoint import launchers
-from entrypoint.launchers import mpirun
+from entrypoint.launchers import base, mpirun
 from entrypoint.plan import make as plan
 from entrypoint.probe.facts import NodeFacts
 from entrypoint.settings import config
@@ -94,3 +94,53 @@ def test_mpirun_line_is_not_root_unless_told():
 ])
 def test_the_launcher_a_command_calls_itself(command, found):
     assert launchers.launcher_command(command) == found
+
+
+def test_export_patterns_name_node_specific_variables_on_purpose():
+    env = {"OMPI_MCA_x": "1", "SLURM_JOB_ID": "3", "PATH": "/bin", "HOSTNAME": "h",
+           "AB": "1", "BASH_FUNC_f%%": "() {}", "MNP_SECRET": "s"}
+    assert base.export_names(env) == ["AB", "PATH"]
+    assert base.export_names(env, ["OMPI_*"]) == ["AB", "OMPI_MCA_x", "PATH"]
+    assert base.export_names(env, ["HOSTNAME", "NOT_SET"]) == ["AB", "HOSTNAME", "PATH"]
+    assert base.export_names(env, ["A*"]) == ["AB", "PATH"]  # a prefix, not a name: AB only
+    assert base.export_names(env, ["B*", "MNP_*"]) == ["AB", "PATH"]  # no function, no secret
+
+
+@pytest.mark.parametrize("command,expected", [
+    (["train.py", "--lr", "1"], ["python3", "train.py", "--lr", "1"]),
+    (["python3", "train.py"], ["python3", "train.py"]),
+    (["/usr/bin/python3.11", "t.py"], ["/usr/bin/python3.11", "t.py"]),
+    (["a.out", "x.py"], ["a.out", "x.py"]),
+    ([], []),
+])
+def test_python_program_adds_python3_to_a_bare_script(command, expected):
+    assert base.python_program(command) == expected
+
+
+@pytest.mark.parametrize("command,expected", [
+    (["python3"], ("exec", ["python3"])),
+    (["python3", "-m"], ("exec", ["python3", "-m"])),
+    (["python3", "-m", "pkg.mod", "a"], ("module", ["pkg.mod", "a"])),
+    (["python3", "-u", "t.py"], ("exec", ["python3", "-u", "t.py"])),
+    (["python3", "t.py", "a"], ("script", ["t.py", "a"])),
+    (["t.py", "a"], ("script", ["t.py", "a"])),
+    (["./run.sh"], ("exec", ["./run.sh"])),
+])
+def test_split_program(command, expected):
+    assert base.split_program(command) == expected
+
+
+def test_unit_defaults_start_nothing_alone():
+    unit = base.Unit()
+    assert (unit.starts_without_ssh, unit.reaches_hosts, unit.joins_elastic,
+            unit.needs_ssh) == (False, False, False, False)
+    assert unit.uses_mpi(None) is False and unit.mpi_findings([]) == ([], [])
+
+
+def test_only_torchrun_joins_an_elastic_rendezvous():
+    elastic = {"PET_RDZV_ENDPOINT": "etcd:2379", "PET_NNODES": "1:3"}
+    for unit in ("mpirun", "deepspeed", "none"):
+        p = make(elastic, MNP_LAUNCHER=unit)
+        assert any("only MNP_LAUNCHER=torchrun joins it" in line for line in p.problems), unit
+    torchrun = make(elastic, MNP_LAUNCHER="torchrun").problems
+    assert not any("joins it" in line for line in torchrun), torchrun
