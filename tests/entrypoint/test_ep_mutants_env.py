@@ -63,6 +63,7 @@ def test_library_path_keeps_the_users_first_and_adds_ours_once():
     assert p.environment["LD_LIBRARY_PATH"] == (
         "/mine:/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:/opt/aws-ofi-nccl/lib")
     assert not any(k.startswith("LD_LIBRARY_PATH") for k in p.kept)
+    assert p.environment["MNP_NUM_NODES"] == "2"  # what comes after it is merged too
 
 
 def test_root_and_ssh_settings():
@@ -105,6 +106,7 @@ def test_efa_library_path_names_its_parts():
     assert entry["reason"] == "EFA's libfabric and Open MPI and the aws-ofi-nccl plugin " \
                               "(appended to yours)"
     assert p.value("NCCL_NET_PLUGIN") is None
+    assert entry["source"] == "" and not any("libhccl" in note for note in p.notes)
     ofi_only = make(efa_gpu(plugin_path="/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so",
                             plugin_ofi_only=True))
     assert ofi_only.value("NCCL_NET_PLUGIN") == "ofi"

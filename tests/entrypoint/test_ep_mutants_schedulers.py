@@ -466,3 +466,12 @@ def test_pytorchjob_port_and_world_bounds_and_examples():
     assert pytorchjob.elastic_example(2, "etcd-v2")["PET_RDZV_ENDPOINT"] == "etcd-service:2379"
     c10d = pytorchjob.elastic_example(2)
     assert (c10d["PET_RDZV_ENDPOINT"], c10d["PET_NNODES"]) == ("job-worker-0:23456", "2:2")
+
+
+def test_trainjob_port_bound_and_slurms_one_node_example():
+    assert trainjob.table(dict(TRAINJOB, PET_MASTER_PORT="65535")).master_port == 65535
+    assert error(trainjob.table, dict(TRAINJOB, PET_MASTER_PORT="65536")) == (
+        "PET_MASTER_PORT: 65536 is above the maximum 65535")
+    one = slurm.example(1)  # what srun -N1 really sets: no bracket, no repeat count
+    assert (one["SLURM_STEP_NODELIST"], one["SLURM_STEP_TASKS_PER_NODE"]) == ("node1", "1")
+    assert slurm.example(2)["SLURM_STEP_TASKS_PER_NODE"] == "1(x2)"
