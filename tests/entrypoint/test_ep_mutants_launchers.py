@@ -144,3 +144,68 @@ def test_only_torchrun_joins_an_elastic_rendezvous():
         assert any("only MNP_LAUNCHER=torchrun joins it" in line for line in p.problems), unit
     torchrun = make(elastic, MNP_LAUNCHER="torchrun").problems
     assert not any("joins it" in line for line in torchrun), torchrun
+
+
+# -- DeepSpeed --------------------------------------------------------------------------------
+def ds_plan(env=BATCH_MAIN, binaries=None, version="0.14.4", user_env=None, **settings):
+    node = facts(binaries=dict(BINARIES, deepspeed="/usr/local/bin/deepspeed",
+                               **(binaries or {})),
+                 versions={"deepspeed": version} if version else {})
+    return plan.make_plan(config.load(dict(env, MNP_LAUNCHER="deepspeed", **settings)), node,
+                          ["python3", "train.py"], user_env or {"PATH": "/bin"})
+
+
+def test_deepspeed_runner_follows_pdsh_and_sets_mpi_only_for_openmpi():
+    openmpi = ds_plan()
+    assert (openmpi.launcher["runner"], openmpi.launcher["needs_ssh"]) == ("openmpi", True)
+    assert openmpi.value("OMPI_MCA_btl_tcp_if_include") == "eth0"
+    assert "--launcher_args=--allow-run-as-root" in openmpi.argv and openmpi.problems == []
+    pdsh = ds_plan(binaries={"pdsh": "/usr/bin/pdsh"})
+    assert pdsh.launcher["runner"] == "pdsh" and pdsh.value("OMPI_MCA_btl_tcp_if_include") is None
+    assert not any(a.startswith("--launcher_args") for a in pdsh.argv)
+    assert ds_plan(env=SBATCH_SCRIPT).problems == []  # reaches the script's hosts itself
+
+
+def test_deepspeed_says_which_program_is_missing():
+    no_pdsh = ds_plan(MNP_DEEPSPEED_LAUNCHER="pdsh")
+    assert no_pdsh.problems == [
+        "pdsh not found on PATH but DeepSpeed's pdsh runner was asked for"]
+    no_mpirun = ds_plan(binaries={"mpirun": ""})
+    assert no_mpirun.problems == ["mpirun not found on PATH for DeepSpeed's openmpi runner"]
+    node = facts(versions={})
+    nothing = plan.make_plan(config.load(dict(BATCH_MAIN, MNP_LAUNCHER="deepspeed")), node,
+                             ["python3", "train.py"], {"PATH": "/bin"})
+    assert "deepspeed not found on PATH: install DeepSpeed or set MNP_LAUNCHER" in nothing.problems
+    module = plan.make_plan(config.load(dict(BATCH_MAIN, MNP_LAUNCHER="deepspeed")),
+                            facts(versions={"deepspeed": "0.14.4"}), ["python3", "t.py"],
+                            {"PATH": "/bin"})
+    assert module.problems == [] and module.argv[:3] == ["python3", "-m",
+                                                        "deepspeed.launcher.runner"]
+    assert ds_plan().argv[0] == "deepspeed"
+
+
+def test_deepspeed_single_node_skips_its_ssh_check_from_065():
+    single = {"MNP_SECRET": "s"}
+    assert "--no_ssh_check" in ds_plan(env=single).argv
+    assert "--no_ssh_check" not in ds_plan(env=single, version="0.6.1").argv
+    assert "--no_ssh_check" not in ds_plan().argv  # Batch's main node: the runner needs SSH
+
+
+def test_deepspeed_env_file_path_reason_and_unsafe_values():
+    user = {"PATH": "/bin", "SAFE": "a/b:c", "UNSAFE": "two words"}
+    new = ds_plan(user_env=user)
+    env_file = next(f for f in new.files if f["path"] == "/run/mnp/deepspeed_env")
+    assert env_file["why"] == "variables DeepSpeed exports to every node (DS_ENV_FILE)"
+    assert "SAFE=a/b:c\n" in env_file["content"] and "UNSAFE" not in env_file["content"]
+    assert ("not in DeepSpeed's env file (the value would need shell quoting in pdsh's remote "
+            "command): UNSAFE") in new.notes
+    assert new.environment["DS_ENV_FILE"] == "/run/mnp/deepspeed_env"
+    old = ds_plan(version="0.6.1")
+    assert old.launcher["env_propagation"] == "~/.deepspeed_env (DeepSpeed 0.6.1 reads no DS_ENV_FILE)"
+    assert any(f["path"] == "/root/.deepspeed_env" for f in old.files)
+    assert "DS_ENV_FILE" not in old.environment
+    unknown = ds_plan(version=None)
+    assert unknown.launcher["env_propagation"] == (
+        "~/.deepspeed_env (DeepSpeed of unknown version reads no DS_ENV_FILE)")
+    clean = ds_plan(user_env={"PATH": "/bin"})
+    assert not any(note.startswith("not in DeepSpeed's env file") for note in clean.notes)
