@@ -209,3 +209,10 @@ def test_deepspeed_env_file_path_reason_and_unsafe_values():
         "~/.deepspeed_env (DeepSpeed of unknown version reads no DS_ENV_FILE)")
     clean = ds_plan(user_env={"PATH": "/bin"})
     assert not any(note.startswith("not in DeepSpeed's env file") for note in clean.notes)
+
+
+def test_torch_distributed_launch_runs_where_slurm_started_each_node():
+    node = facts(versions={"pytorch": "1.4.0"}, gpus=2, slots=2)
+    p = plan.make_plan(config.load(dict(SRUN_MAIN, MNP_LAUNCHER="torchrun")), node,
+                       ["python3", "train.py"], {"PATH": "/bin"})
+    assert p.launcher["unit"] == "torch.distributed.launch" and p.problems == []
