@@ -4,7 +4,7 @@ through the plan a node makes (``make_plan``) and each unit's command line."""
 import pytest
 
 from entrypoint import launchers
-from entrypoint.launchers import base, mpirun
+from entrypoint.launchers import base, mca, mpirun
 from entrypoint.plan import make as plan
 from entrypoint.probe.facts import NodeFacts
 from entrypoint.settings import config
@@ -216,3 +216,81 @@ def test_torch_distributed_launch_runs_where_slurm_started_each_node():
     p = plan.make_plan(config.load(dict(SRUN_MAIN, MNP_LAUNCHER="torchrun")), node,
                        ["python3", "train.py"], {"PATH": "/bin"})
     assert p.launcher["unit"] == "torch.distributed.launch" and p.problems == []
+
+
+# -- Open MPI parameters ----------------------------------------------------------------------
+def test_mca_pairs_leave_the_other_arguments_in_order():
+    assert mca.split_args(["-x", "A", "--mca", "btl", "tcp", "--oversubscribe", "-mca", "pml",
+                           "ob1"]) == ([("btl", "tcp"), ("pml", "ob1")], ["-x", "A",
+                                                                           "--oversubscribe"])
+    with pytest.raises(mca.McaError) as caught:
+        mca.split_args(["--mca", "bad-name", "1"])
+    assert str(caught.value) == "--mca 'bad-name': not a parameter name"
+    with pytest.raises(mca.McaError, match="^-mca needs a name and a value$"):
+        mca.split_args(["-mca", "btl"])
+    assert mca.from_env({"OMPI_MCA_": "x", "OMPI_MCA_pml": "ucx", "PATH": "/"}) == [("pml", "ucx")]
+
+
+def test_runner_conflicts_ignore_a_name_nobody_set():
+    params = mca.merge([("pml", "ob1")], {}, [])
+    assert mca.runner_conflicts(params) == ([], [])
+
+
+def test_mca_from_launcher_args_becomes_a_variable_that_replaces_ours():
+    p = make(BATCH_MAIN, MNP_LAUNCHER="mpirun",
+             MNP_LAUNCHER_ARGS="--mca btl_tcp_if_include eth1 --mca coll_hcoll_enable 0 -x FOO")
+    assert "--mca" not in p.argv and " -x FOO python3 train.py" in " ".join(p.argv)
+    replaced = next(e for e in p.env if e["name"] == "OMPI_MCA_btl_tcp_if_include")
+    assert (replaced["value"], replaced["reason"]) == (
+        "eth1", "--mca btl_tcp_if_include from MNP_LAUNCHER_ARGS (replaces ours: eth0)")
+    new = next(e for e in p.env if e["name"] == "OMPI_MCA_coll_hcoll_enable")
+    assert (new["value"], new["reason"]) == ("0", "--mca coll_hcoll_enable from MNP_LAUNCHER_ARGS")
+    assert p.environment["OMPI_MCA_btl_tcp_if_include"] == "eth1"
+    assert "btl_tcp_if_include=eth1 from MNP_LAUNCHER_ARGS (ours: eth0)" in p.kept
+    ours = next(e for e in p.env if e["name"] == "OMPI_MCA_pml")
+    assert ours["value"] == "ob1" and ours["source"] == ""
+
+
+def test_a_malformed_mca_is_a_plan_problem():
+    p = make(BATCH_MAIN, MNP_LAUNCHER="mpirun", MNP_LAUNCHER_ARGS="--mca btl")
+    assert "MNP_LAUNCHER_ARGS: --mca needs a name and a value" in p.problems
+
+
+def test_the_users_mca_variable_wins_and_ours_follow_the_wiring():
+    node = facts()
+    cfg = config.load(dict(BATCH_MAIN, MNP_LAUNCHER="mpirun"))
+    p = plan.make_plan(cfg, node, ["python3", "t.py"], {"PATH": "/bin", "OMPI_MCA_pml": "ucx"})
+    assert p.environment["OMPI_MCA_pml"] == "ucx" and ["pml", "ucx", "OMPI_MCA_pml"] in p.mca
+    names = [m[0] for m in p.mca]
+    assert "plm_rsh_args" in names and "orte_default_hostfile" not in names  # dry run: no hostfile
+    from entrypoint.core.nodes import NodeInfo
+
+    table = [NodeInfo(0, "10.0.0.5", 1, ""), NodeInfo(1, "10.0.0.6", 1, "")]
+    wired = plan.make_plan(cfg, node, ["python3", "t.py"], {"PATH": "/bin"}, table=table,
+                           hostfiles={"openmpi": "/run/mnp/hostfile", "plain": "p", "intel": "i"})
+    assert ["orte_default_hostfile", "/run/mnp/hostfile", "ours"] in wired.mca
+    torchrun = make(SRUN_MAIN, MNP_LAUNCHER="none")
+    assert "plm_rsh_args" not in [m[0] for m in torchrun.mca]
+
+
+# -- torchrun ---------------------------------------------------------------------------------
+def test_an_elastic_peers_line_and_the_pet_variables_it_clears():
+    env = {"PET_RDZV_ENDPOINT": "etcd:2379", "PET_NNODES": "1:3", "PET_RDZV_BACKEND": "etcd",
+           "PET_RDZV_ID": "job-1", "PET_MAX_RESTARTS": "3", "PET_RDZV_CONF": "timeout=900"}
+    node = facts(versions={"pytorch": "2.3.1"})
+    p = plan.make_plan(config.load(env), node, ["python3", "t.py"], dict(env, PATH="/bin"))
+    line = " ".join(p.argv)
+    assert ("--nnodes 1:3 --nproc_per_node 1 --rdzv_backend etcd --rdzv_endpoint etcd:2379 "
+            "--rdzv_id job-1 --max_restarts 3 --rdzv_conf timeout=900 t.py") in line
+    assert not any(name.startswith("PET_") for name in p.environment)
+    assert ("cleared PET_MAX_RESTARTS, PET_NNODES, PET_RDZV_BACKEND, PET_RDZV_CONF, PET_RDZV_ENDPOINT, "
+            "PET_RDZV_ID: torchrun's command line carries what they say") in " ".join(p.notes)
+    plain = make(SRUN_MAIN, MNP_LAUNCHER="torchrun")
+    assert not any(note.startswith("cleared PET_") for note in plain.notes)
+
+
+def test_pytorch_before_19_says_why_it_uses_distributed_launch():
+    p = plan.make_plan(config.load(dict(SRUN_MAIN, MNP_LAUNCHER="torchrun")),
+                       facts(versions={"pytorch": "1.4.0"}), ["python3", "t.py"], {"PATH": "/bin"})
+    assert ("PyTorch 1.4.0 has no torch.distributed.run (new in 1.9.0): using "
+            "torch.distributed.launch") in p.notes
