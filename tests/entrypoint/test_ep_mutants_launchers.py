@@ -216,6 +216,9 @@ def test_torch_distributed_launch_runs_where_slurm_started_each_node():
     p = plan.make_plan(config.load(dict(SRUN_MAIN, MNP_LAUNCHER="torchrun")), node,
                        ["python3", "train.py"], {"PATH": "/bin"})
     assert p.launcher["unit"] == "torch.distributed.launch" and p.problems == []
+    named = plan.make_plan(config.load(dict(SRUN_MAIN, MNP_LAUNCHER="torch.distributed.launch")),
+                           node, ["python3", "train.py"], {"PATH": "/bin"})
+    assert named.launcher["unit"] == "torch.distributed.launch" and named.problems == []
 
 
 # -- Open MPI parameters ----------------------------------------------------------------------
