@@ -104,6 +104,8 @@ def test_export_patterns_name_node_specific_variables_on_purpose():
     assert base.export_names(env, ["HOSTNAME", "NOT_SET"]) == ["AB", "HOSTNAME", "PATH"]
     assert base.export_names(env, ["A*"]) == ["AB", "PATH"]  # a prefix, not a name: AB only
     assert base.export_names(env, ["B*", "MNP_*"]) == ["AB", "PATH"]  # no function, no secret
+    slurm_env = {"SLURM_JOB_ID": "3", "SSH_CLIENT": "x", "PATH": "/bin"}
+    assert base.export_names(slurm_env, ["SLURM_*"]) == ["PATH", "SLURM_JOB_ID"]
 
 
 @pytest.mark.parametrize("command,expected", [
@@ -111,6 +113,7 @@ def test_export_patterns_name_node_specific_variables_on_purpose():
     (["python3", "train.py"], ["python3", "train.py"]),
     (["/usr/bin/python3.11", "t.py"], ["/usr/bin/python3.11", "t.py"]),
     (["a.out", "x.py"], ["a.out", "x.py"]),
+    (["t.py", "python3"], ["python3", "t.py", "python3"]),  # only the first word decides
     ([], []),
 ])
 def test_python_program_adds_python3_to_a_bare_script(command, expected):
@@ -290,6 +293,9 @@ def test_an_elastic_peers_line_and_the_pet_variables_it_clears():
             "PET_RDZV_ID: torchrun's command line carries what they say") in " ".join(p.notes)
     plain = make(SRUN_MAIN, MNP_LAUNCHER="torchrun")
     assert not any(note.startswith("cleared PET_") for note in plain.notes)
+    bare = plan.make_plan(config.load({"PET_RDZV_ENDPOINT": "etcd:2379", "PET_NNODES": "2"}), node,
+                          ["python3", "t.py"], {"PATH": "/bin"})
+    assert not {"--rdzv_id", "--max_restarts", "--rdzv_conf"} & set(bare.argv), bare.argv
 
 
 def test_pytorch_before_19_says_why_it_uses_distributed_launch():

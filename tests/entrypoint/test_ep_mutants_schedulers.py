@@ -43,6 +43,10 @@ def test_batch_errors_name_the_right_variable():
     assert error(batch.table, only_index) == (
         "AWS_BATCH_JOB_MAIN_NODE_INDEX: is not set but AWS_BATCH_JOB_NODE_INDEX is: incomplete "
         "Batch MNP environment")
+    two = {"AWS_BATCH_JOB_NODE_INDEX": "1", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0"}
+    assert error(batch.table, two) == (
+        "AWS_BATCH_JOB_NUM_NODES: is not set but AWS_BATCH_JOB_NODE_INDEX is: incomplete Batch "
+        "MNP environment")
     only_num = {"AWS_BATCH_JOB_NUM_NODES": "3"}
     assert error(batch.table, only_num).startswith(
         "AWS_BATCH_JOB_NODE_INDEX: is not set but AWS_BATCH_JOB_NUM_NODES is")
