@@ -1,6 +1,7 @@
 """Fabric decision and environment, from fixture trees."""
 
 import os
+from collections import namedtuple
 
 import pytest
 
@@ -80,3 +81,61 @@ def test_rdma_capable_by_instance_type(itype, expected):
 
 def test_installer_version_missing(tmp_path):
     assert fabric.installer_version(str(tmp_path)) is None
+
+
+# -- the aws-ofi-nccl version probe against the plugin's own strings ----------------------------
+# The plugin logs (and so embeds in its .so, as one C string literal) "Initializing "
+# PACKAGE_STRING: src/nccl_ofi_net.c, nccl_net_ofi_create_plugin (its first NCCL_OFI_INFO
+# call), whose NCCL_OFI_INFO macro puts "NET/OFI " before the format (include/nccl_ofi_log.h).
+# Autoconf makes PACKAGE_STRING "<name> <version>" from configure.ac's AC_INIT, line 9:
+# AC_INIT([aws-ofi-nccl], [<version>], ...). The versions below are AC_INIT's at each tag we pin
+# (stacks.yaml aws-ofi-nccl, and the EFA installers' bundled plugin), plus strings the probe must
+# not mistake for a release.
+Tag = namedtuple("Tag", "tag ac_init_version expected source")
+AC_INIT = "https://github.com/aws/aws-ofi-nccl/blob/%s/configure.ac#L9"
+PLUGIN_TAGS = [
+    # built from source by the aws-ofi-nccl layer (stacks.yaml download.url names the tag)
+    Tag("v1.6.0", "1.6.0", (1, 6, 0), AC_INIT % "v1.6.0"),
+    Tag("v1.7.4-aws", "1.7.4-aws", (1, 7, 4), AC_INIT % "v1.7.4-aws"),
+    Tag("v1.12.1-aws", "1.12.1-aws", (1, 12, 1), AC_INIT % "v1.12.1-aws"),
+    # bundled by the EFA installers 1.50.0 and 1.51.0 (stacks.yaml efa provides); the release
+    # tarballs' AC_INIT, as NCCL logs it on real nodes ("NET/OFI Initializing aws-ofi-nccl 1.21.1")
+    Tag("v1.21.1", "1.21.1", (1, 21, 1), AC_INIT % "v1.21.1"),
+    Tag("v1.22.0", "1.22.0", (1, 22, 0), AC_INIT % "v1.22.0"),
+    # AC_INIT between releases: [1.8.1a1-aws] (commit d6bde377361e; a pre-release reads as its
+    # release), [1.11.0-aws] (01f16dd350c8)
+    Tag("d6bde377361e", "1.8.1a1-aws", (1, 8, 1), AC_INIT % "d6bde377361ec22d0aeafdd0ce043939df0a4546"),
+    Tag("01f16dd350c8", "1.11.0-aws", (1, 11, 0), AC_INIT % "01f16dd350c8529b0a3674a9309882e3c7f23ef7"),
+    # the development branch's AC_INIT: a plugin built from it has no release number
+    Tag("master", "GitHub-dev", None, AC_INIT % "master"),
+]
+
+
+def embedded(version, name="aws-ofi-nccl"):
+    """The bytes around the plugin's init message in its .so (other strings and NULs around)."""
+    return (b"\x7fELF\x02\x01\x01\0" + b"NET/OFI Selected Provider is %s (found %d nics)\0"
+            + b"NET/OFI Initializing " + f"{name} {version}".encode() + b"\0"
+            + b"NET/OFI Using CUDA runtime version %d\0")
+
+
+@pytest.mark.parametrize("tag", PLUGIN_TAGS, ids=[t.tag for t in PLUGIN_TAGS])
+def test_plugin_version_of_each_pinned_tag(tmp_path, tag):
+    path = touch(tmp_path, "/opt/aws-ofi-nccl/lib/libnccl-net.so", embedded(tag.ac_init_version))
+    assert fabric.plugin_version(path) == tag.expected, tag.source
+
+
+def test_every_pinned_plugin_version_has_its_tag():
+    """Each aws-ofi-nccl version stacks.yaml builds or an EFA installer there provides is in
+    PLUGIN_TAGS: a new pin without its real string fails here."""
+    import yaml
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "stacks.yaml")) as handle:
+        data = yaml.safe_load(handle)
+    pinned = set(data["components"]["aws-ofi-nccl"]["versions"])
+    for version in data["components"]["efa"]["versions"].values():
+        provided = (version.get("provides") or {}).get("aws-ofi-nccl")
+        if provided:
+            pinned.add(provided)
+    released = {".".join(map(str, t.expected)) for t in PLUGIN_TAGS if t.tag.startswith("v")}
+    assert pinned <= released, sorted(pinned - released)

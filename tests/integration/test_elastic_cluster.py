@@ -110,3 +110,33 @@ def test_elastic_torchrun_survives_a_node_killed_and_restarted(pods, backend):
     assert len(re.findall(r"done rank=\d world=3", logs)) == 3, logs
     print(f"elastic {backend}: killed after step {killed_at}, finished in "
           f"{time.monotonic() - started:.1f}s")
+
+
+def test_elastic_torchrun_scales_down_to_min_when_a_node_is_lost(pods):
+    """``invoke k8s --elastic 2:3`` writes MIN < MAX: a node lost for good leaves a smaller job
+    that goes on. torchrun's next rendezvous round closes with the 2 survivors (MIN reached; the
+    round waits its last-call time for a third that never comes) and they finish the steps from
+    the checkpoint in a world of 2."""
+    started = time.monotonic()
+    env = {"PET_RDZV_ENDPOINT": "peer-0:29400", "PET_RDZV_BACKEND": "c10d", "PET_NNODES": "2:3",
+           "PET_RDZV_ID": "elastic-down", "PET_MAX_RESTARTS": "3", "MNP_SLOTS_PER_NODE": "1"}
+    for i in range(3):
+        pods.pod(f"peer-{i}", ["python3", "/share/elastic.py"], env)
+    deadline = time.monotonic() + 240
+    while _step(pods) < KILL_AFTER:
+        assert time.monotonic() < deadline, pods.logs()
+        time.sleep(0.2)
+    pods.containers["peer-2"].kill()  # not started again
+    killed_at = _step(pods)
+    codes = {name: pods.wait_exit(name, 300) for name in ("peer-0", "peer-1")}
+    logs = pods.logs()
+    assert codes == {"peer-0": 0, "peer-1": 0}, logs
+    assert _step(pods) == STEPS and killed_at < STEPS
+    # the entrypoint passed the range on: torchrun's own --nnodes MIN:MAX
+    assert logs.count("--nnodes 2:3") >= 3, logs
+    assert re.search(r"start step=0 rank=\d+ world=3 ", logs), logs  # began with 3 nodes
+    resumed = [int(step) for step in re.findall(r"start step=(\d+) rank=\d+ world=2 ", logs)]
+    assert len(resumed) >= 2 and all(step >= KILL_AFTER for step in resumed), logs
+    assert len(re.findall(r"done rank=\d world=2", logs)) == 2, logs
+    print(f"elastic scale-down: node 2 lost after step {killed_at}, finished with 2 in "
+          f"{time.monotonic() - started:.1f}s")

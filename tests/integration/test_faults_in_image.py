@@ -7,17 +7,23 @@ before this issue too, so each test failed on the old entrypoint and passes now.
 
 import pytest
 
+from tests.entrypoint.test_ep_fabric import PLUGIN_TAGS, embedded
+
 pytestmark = [pytest.mark.docker]
 
 MAIN = {"AWS_BATCH_JOB_NODE_INDEX": "0", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
         "AWS_BATCH_JOB_NUM_NODES": "2", "MNP_SECRET": "s", "MNP_DRY_RUN": "1"}
 SITE = "/usr/local/lib/python3.11/dist-packages"
 GPUS = "for i in 0 1 2 3 4 5 6 7; do touch /dev/nvidia$i; done"
+# aws-ofi-nccl 1.6.0 as its .so carries it: the string its tag's configure.ac makes
+# (test_ep_fabric.PLUGIN_TAGS), written byte for byte with printf's octal escapes
+PLUGIN_160 = "".join(f"\\{byte:03o}" for byte in embedded(
+    next(t.ac_init_version for t in PLUGIN_TAGS if t.tag == "v1.6.0")))
 P3DN = " && ".join([
     GPUS, "mkdir -p /dev/infiniband", "touch /dev/infiniband/uverbs0",
     "touch /usr/lib/x86_64-linux-gnu/libnccl.so.2.4.8",
     "mkdir -p /opt/aws-ofi-nccl/lib",
-    r"printf 'x\0NET/OFI Initializing aws-ofi-nccl 1.6.0\0' > /opt/aws-ofi-nccl/lib/libnccl-net.so",
+    f"printf '{PLUGIN_160}' > /opt/aws-ofi-nccl/lib/libnccl-net.so",
     "rm -rf /usr/lib/python3/dist-packages/torch-*-info",
     f"mkdir -p {SITE}/torch-1.4.0.dist-info",
 ])

@@ -3,6 +3,19 @@ cpu-tcp image with the test-only Slurm layer, ``slurm_cluster``): every job belo
 with ``srun``/``sbatch`` on the controller and runs ``mnp-entrypoint`` in the image as each task's
 own command, as the scripts `invoke sbatch` writes for pyxis do (pyxis never runs the image's
 ENTRYPOINT per task: test_slurm_pyxis.py). Nothing is simulated: the variables are Slurm's own.
+
+The cluster tracks a step's processes by process group (``ProctrackType=proctrack/pgid``, not
+the shared recipe's ``proctrack/linuxproc``), so that ``scancel`` observes the entrypoint itself:
+
+- ``proctrack/linuxproc`` signals every descendant of slurmstepd: ``kill_proc_tree`` walks
+  ``/proc`` from the step and ``kill()``s each process it finds, the ranks before their parent
+  (https://github.com/SchedMD/slurm/blob/slurm-22-05-8-1/src/plugins/proctrack/linuxproc/kill_tree.c,
+  ``_get_list`` and ``_kill_proclist``). A rank would see SIGTERM whether or not the entrypoint
+  forwarded it, as it does under ``proctrack/cgroup``;
+- ``proctrack/pgid`` signals the step's process group only: ``proctrack_p_signal`` is one
+  ``killpg`` of the task's group (same tag, src/plugins/proctrack/pgid/proctrack_pgid.c). The
+  entrypoint starts its command in a new session (``run/lifecycle.py``), so the only way a rank
+  learns of ``scancel`` here is the entrypoint forwarding the signal.
 """
 
 import re
@@ -32,15 +45,20 @@ print("ddp rank=%d world=%d sum=%g host=%s group_rank=%s" % (
     os.environ.get("GROUP_RANK")), flush=True)
 dist.destroy_process_group()
 """
-# Waits to be stopped; on SIGTERM writes a marker naming its node, then exits 143.
+# Waits to be stopped; on SIGTERM writes a marker naming its node and who sent the signal
+# (its parent, the entrypoint, or another process), then exits 143. Its start marker says whether
+# it runs in a process group of its own (out of reach of proctrack/pgid's killpg).
 WAIT = """\
 import os, signal, socket, sys, time
-def stop(signum, frame):
-    open("/share/term-%s" % socket.gethostname(), "w").write(str(signum))
-    sys.exit(128 + signum)
-signal.signal(signal.SIGTERM, stop)
-open("/share/started-%s" % socket.gethostname(), "w").write("1")
-time.sleep(600)
+host = socket.gethostname()
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+own_group = os.getpgid(0) != os.getpgid(os.getppid())
+open("/share/started-%s" % host, "w").write("own-group" if own_group else "parent-group")
+info = signal.sigtimedwait([signal.SIGTERM], 600)
+if info is not None:
+    sender = "parent" if info.si_pid == os.getppid() else "pid %d" % info.si_pid
+    open("/share/term-%s" % host, "w").write("%d from %s" % (info.si_signo, sender))
+    sys.exit(128 + info.si_signo)
 """
 
 
@@ -48,6 +66,8 @@ time.sleep(600)
 def slurm(docker_client, cluster_image, tmp_path_factory):
     image = slurm_image(docker_client, cluster_image)
     cluster = SlurmCluster(docker_client, image, tmp_path_factory.mktemp("slurm-ep"))
+    conf = cluster.etc / "slurm.conf"  # see the module's doc: only the entrypoint reaches a rank
+    conf.write_text(conf.read_text().replace("proctrack/linuxproc", "proctrack/pgid"))
     try:
         cluster.start()
         cluster.wait_ready()
@@ -135,6 +155,8 @@ def test_scancel_stops_every_rank_and_the_job_is_cancelled(slurm):
     while len(list(slurm.share.glob("started-*"))) < 3 and time.monotonic() < deadline:
         time.sleep(0.5)
     assert len(list(slurm.share.glob("started-*"))) == 3, slurm.logs()
+    # each rank is out of reach of Slurm's killpg: only a forwarded signal can stop it
+    assert {p.read_text() for p in slurm.share.glob("started-*")} == {"own-group"}
     code, output = slurm.run(f"scancel {job}")
     assert code == 0, output
     deadline = time.monotonic() + 60
@@ -142,10 +164,10 @@ def test_scancel_stops_every_rank_and_the_job_is_cancelled(slurm):
             time.monotonic() < deadline:
         time.sleep(0.5)
     assert _job_state(slurm, job) == "CANCELLED"
-    # every rank got SIGTERM (through the entrypoint) and wrote its marker
+    # every rank got SIGTERM from its parent, the entrypoint, and wrote its marker
     assert sorted(p.name for p in slurm.share.glob("term-*")) == [
-        "term-node1", "term-node2", "term-node3"]
-    assert {p.read_text() for p in slurm.share.glob("term-*")} == {"15"}
+        "term-node1", "term-node2", "term-node3"], slurm.logs()
+    assert {p.read_text() for p in slurm.share.glob("term-*")} == {"15 from parent"}
     for container in slurm.containers[1:]:  # the compute nodes: nothing of the job is left
         procs = container.exec_run(["ps", "-eo", "args"]).output.decode()
         assert "wait.py" not in procs and "mnp-entrypoint" not in procs, procs
@@ -159,4 +181,6 @@ def test_a_failing_ranks_exit_status_reaches_srun(slurm, launch, failing):
     script = f"import os, sys; sys.exit(7 if os.environ['{failing}'] == '1' else 0)"
     code, output = slurm.run(f'{launch} mnp-entrypoint python3 -c "{script}"')
     assert code == 7, output
-    assert "exit code 7" in output, output
+    # srun's own message says "exit code 7" too: these are the entrypoints' lines, one per task
+    ours = sorted(re.findall(r"^mnp-entrypoint\[[^\]]*\]: exit code (\d+)$", output, re.M))
+    assert ours == ["0", "0", "7"], output
