@@ -35,7 +35,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DDP = """\
 import torch
 import torch.distributed as dist
-from tests.integration.test_slurm_entrypoint import ALLREDUCE  # the same MPI job
 dist.init_process_group("gloo")
 t = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(t)
