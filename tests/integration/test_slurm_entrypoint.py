@@ -181,6 +181,7 @@ def test_a_failing_ranks_exit_status_reaches_srun(slurm, launch, failing):
     script = f"import os, sys; sys.exit(7 if os.environ['{failing}'] == '1' else 0)"
     code, output = slurm.run(f'{launch} mnp-entrypoint python3 -c "{script}"')
     assert code == 7, output
-    # srun's own message says "exit code 7" too: these are the entrypoints' lines, one per task
-    ours = sorted(re.findall(r"^mnp-entrypoint\[[^\]]*\]: exit code (\d+)$", output, re.M))
+    # srun's own message says "exit code 7" too: these are the entrypoints' last lines, one per
+    # task ("exit N (class on node I): reason")
+    ours = sorted(re.findall(r"^mnp-entrypoint\[[^\]]*\]: exit (\d+) \(", output, re.M))
     assert ours == ["0", "0", "7"], output
