@@ -37,4 +37,7 @@ def test_a_pipe_whose_reader_is_gone_exits_quietly(name, args):
         os.close(write)
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
     assert proc.stderr == ""
-    assert proc.returncode == 1  # Python's documented status for it (signal, SIGPIPE note)
+    # 1 where the broken pipe is met while writing (Python's documented status for it: signal,
+    # SIGPIPE note); a bare Debian 12 container gave 0 for --list with the same empty stderr, so
+    # the status is not what this test holds the command to: quiet and no traceback is
+    assert proc.returncode in (0, 1), proc.returncode
