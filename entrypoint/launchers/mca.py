@@ -103,11 +103,6 @@ def merge(ours, user_env, user_args):
     return [merged[name] for name in order]
 
 
-def environment(params):
-    """``{OMPI_MCA_<name>: value}`` for the launcher's environment."""
-    return dict(("OMPI_MCA_" + p.name, p.value) for p in params)
-
-
 def runner_conflicts(params, fixed=RUNNER_FIXED):
     """``(notes, problems)`` for DeepSpeed's openmpi runner, whose command line fixes ``fixed``:
     a user value that differs cannot take effect (a problem); ours that differs is a note."""

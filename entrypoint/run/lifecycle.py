@@ -66,12 +66,10 @@ class Supervisor(object):
         self.stop_requested_at = None  # time.monotonic() of the first signal
         self.interruptible = False  # raise Interrupted from the handler (before anything runs)
         self._forward_to = []
-        self._installed = False
 
     def install_signal_handlers(self):
         for sig in FORWARDED:
             signal.signal(sig, self._on_signal)
-        self._installed = True
 
     def _on_signal(self, signum, frame):
         if self.signal_received is None:

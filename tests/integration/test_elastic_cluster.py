@@ -83,12 +83,7 @@ def test_elastic_torchrun_survives_a_node_killed_and_restarted(pods, backend):
     env = {"PET_RDZV_ENDPOINT": endpoint, "PET_RDZV_BACKEND": backend, "PET_NNODES": "3:3",
            "PET_RDZV_ID": f"elastic-{backend}", "PET_MAX_RESTARTS": "3",
            "MNP_SLOTS_PER_NODE": "1"}
-    for i in range(3):
-        pods.pod(f"peer-{i}", ["python3", "/share/elastic.py"], env)
-    deadline = time.monotonic() + 240
-    while _step(pods) < KILL_AFTER:
-        assert time.monotonic() < deadline, pods.logs()
-        time.sleep(0.2)
+    _start_peers_past_the_kill_step(pods, env)
     victim = pods.containers["peer-2"]
     victim.kill()
     killed_at = _step(pods)
@@ -112,6 +107,16 @@ def test_elastic_torchrun_survives_a_node_killed_and_restarted(pods, backend):
           f"{time.monotonic() - started:.1f}s")
 
 
+def _start_peers_past_the_kill_step(pods, env):
+    """Three peers running elastic.py with ``env``, once they have trained KILL_AFTER steps."""
+    for i in range(3):
+        pods.pod(f"peer-{i}", ["python3", "/share/elastic.py"], env)
+    deadline = time.monotonic() + 240
+    while _step(pods) < KILL_AFTER:
+        assert time.monotonic() < deadline, pods.logs()
+        time.sleep(0.2)
+
+
 def test_elastic_torchrun_scales_down_to_min_when_a_node_is_lost(pods):
     """``invoke k8s --elastic 2:3`` writes MIN < MAX: a node lost for good leaves a smaller job
     that goes on. torchrun's next rendezvous round closes with the 2 survivors (MIN reached; the
@@ -120,12 +125,7 @@ def test_elastic_torchrun_scales_down_to_min_when_a_node_is_lost(pods):
     started = time.monotonic()
     env = {"PET_RDZV_ENDPOINT": "peer-0:29400", "PET_RDZV_BACKEND": "c10d", "PET_NNODES": "2:3",
            "PET_RDZV_ID": "elastic-down", "PET_MAX_RESTARTS": "3", "MNP_SLOTS_PER_NODE": "1"}
-    for i in range(3):
-        pods.pod(f"peer-{i}", ["python3", "/share/elastic.py"], env)
-    deadline = time.monotonic() + 240
-    while _step(pods) < KILL_AFTER:
-        assert time.monotonic() < deadline, pods.logs()
-        time.sleep(0.2)
+    _start_peers_past_the_kill_step(pods, env)
     pods.containers["peer-2"].kill()  # not started again
     killed_at = _step(pods)
     codes = {name: pods.wait_exit(name, 300) for name in ("peer-0", "peer-1")}
