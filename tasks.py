@@ -174,16 +174,19 @@ GENERATOR_HELP = {
 @task(help=dict(GENERATOR_HELP, mount=MOUNT_HELP,
                 launcher="mpirun (default: one Slurm task per rank, srun --mpi=pmix), deepspeed, "
                          "torchrun, torch.distributed.launch or none (one task per node)",
+                ranks="with --launcher mpirun, who starts the ranks: srun (default: srun "
+                      "--mpi=pmix, needs Slurm's PMIx) or mpirun (inside the allocation, from "
+                      "node 0, over the job's own SSH; one task per node)",
                 attempts="runs of the job, 1 to 10 (default 2): scontrol requeue after an "
                          "infrastructure failure (exit 200), never after a failing command"),
       iterable=["stack", "mount"])
 @options.user_errors
 def sbatch(c, stack=None, nodes=None, instance_type=None, image_uri=None, launcher="mpirun",
-           mount=None, output=None, attempts=None, stacks=STACKS):
+           ranks="srun", mount=None, output=None, attempts=None, stacks=STACKS):
     """Write a Slurm batch script (pyxis/enroot) running a stack on every node:
     invoke sbatch --stack S --nodes N --instance-type T [--mount H:C[:ro]]... -- CMD..."""
     deploy.sbatch(stacks, stack, nodes, instance_type, image_uri, launcher, output,
-                  options.command_after_dashdash(sys.argv, c.remainder), mount, attempts)
+                  options.command_after_dashdash(sys.argv, c.remainder), mount, attempts, ranks)
 
 
 @task(help=dict(GENERATOR_HELP, mount=MOUNT_HELP,

@@ -17,11 +17,25 @@ WHY = {
     "orte_abort_on_non_zero_status": "one failed rank stops the job",
     "orte_default_hostfile": "a script's own mpirun finds the job's hosts",
     "plm_rsh_args": "mpirun's ssh uses the per-job keys and known_hosts",
+    "plm": "daemons started over the job's own SSH, not with srun (none in a pyxis container)",
+    "ras": "the hosts from the job's hostfile, not from Slurm's variables (its allocation names "
+           "the nodes by Slurm's names, the hostfile by address)",
 }
+# Open MPI 4 (ORTE, every stack's) picks its Slurm launcher and allocation reader whenever
+# SLURM_JOBID is set (srun sets it in every task): open-mpi/ompi
+# orte/mca/plm/slurm/plm_slurm_component.c:112 (orte_plm_slurm_component_query) at b67dba36 and
+# orte/mca/ras/slurm/ras_slurm_component.c (orte_ras_slurm_component_query) at 30597832. The
+# first starts the daemons with srun, the second rejects a hostfile host not in the allocation.
+SLURM_SELECTS = "SLURM_JOBID"
+SLURM_SOURCE = ("open-mpi/ompi orte/mca/plm/slurm/plm_slurm_component.c:112 at b67dba36, "
+                "orte/mca/ras/slurm/ras_slurm_component.c orte_ras_slurm_component_query at "
+                "30597832 (both chosen whenever SLURM_JOBID is set)")
 SOURCES = {
     "orte_default_hostfile": "kubeflow/mpi-operator pkg/controller/mpi_job_controller.go "
                              "(OMPI_MCA_orte_default_hostfile)",
     "orte_abort_on_non_zero_status": "https://www.open-mpi.org/doc/v4.1/man1/mpirun.1.php",
+    "plm": SLURM_SOURCE,
+    "ras": SLURM_SOURCE,
 }
 
 
@@ -34,13 +48,17 @@ def fabric_params(interface: Optional[str]) -> List[Tuple[str, str]]:
 
 
 def our_params(interface: Optional[str], hostfile_path: Optional[str],
-               rsh_args: Optional[str]) -> List[Tuple[str, str]]:
+               rsh_args: Optional[str], in_slurm_job: bool = False) -> List[Tuple[str, str]]:
+    """Ours; ``in_slurm_job``: mpirun reaches the hosts over our SSH from inside a Slurm step
+    (the entrypoints wired the step's nodes), where Open MPI would otherwise take Slurm's way."""
     params = fabric_params(interface) + [("plm_rsh_no_tree_spawn", "1"),
                                          ("orte_abort_on_non_zero_status", "1")]
     if hostfile_path:
         params.append(("orte_default_hostfile", hostfile_path))
     if rsh_args is not None:
         params.append(("plm_rsh_args", rsh_args))
+        if in_slurm_job:
+            params += [("plm", "rsh"), ("ras", "^slurm")]
     return params
 
 
@@ -55,7 +73,8 @@ def apply(plan: Any, env: Any, unit: Any, interface: Optional[str], user_env: Di
     except mca.McaError as exc:
         plan.problems.append("MNP_LAUNCHER_ARGS: %s" % exc)
         user_params, args = [], list(launcher_args)
-    ours = our_params(interface, hostfile_path, env.as_dict().get("OMPI_MCA_plm_rsh_args"))
+    ours = our_params(interface, hostfile_path, env.as_dict().get("OMPI_MCA_plm_rsh_args"),
+                      bool(user_env.get(SLURM_SELECTS)))
     params = mca.merge(ours, user_env, user_params)
     plan.mca = [p.to_list() for p in params]
     for p in params:

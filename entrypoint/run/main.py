@@ -115,6 +115,9 @@ class Runner(BatchNodes):
             log("%s node %d of %d (main node index %d%s)"
                 % (cfg.mode, cfg.node_index, cfg.num_nodes, cfg.main_index,
                    ", main address %s" % cfg.main_address if cfg.main_address else ""))
+            if cfg.node is not None and cfg.node.wired_because:  # a scheduler's nodes, ours to wire
+                log("scheduler: %s (detected from %s); nodes wired by the entrypoint: %s"
+                    % (cfg.node.scheduler, cfg.node.detected_from, cfg.node.wired_because))
         elif cfg.node is None or cfg.node.scheduler in ("single", "batch"):
             log("single node (no AWS Batch MNP variables)")
         else:

@@ -70,7 +70,7 @@ class NodeTable(object):
                  elastic: Optional[Elastic] = None, slots_are: Optional[str] = None,
                  launcher_ssh: Optional[LauncherSsh] = None, other_ways: str = "",
                  nproc_word: Optional[str] = None, problems: Optional[List[str]] = None,
-                 runs_ranks: bool = True) -> None:
+                 runs_ranks: bool = True, wiring_id: Optional[str] = None) -> None:
         if role not in ROLES:
             raise ValueError("unknown role %r" % role)
         self.scheduler = scheduler
@@ -102,6 +102,12 @@ class NodeTable(object):
         # node): the plan is still made for the ranks elsewhere (a launcher's variables reach
         # them), but this node's devices are not theirs, so the device preflight is theirs too
         self.runs_ranks = runs_ranks
+        # Where the scheduler started one entrypoint per node but serves no SSH (a Slurm step of
+        # one task per node), the id the entrypoint's own rendezvous binds its messages to, so a
+        # launcher that needs SSH can still run there; None where it may not. ``settings.wiring``
+        # decides, ``wire_here`` records it
+        self.wiring_id = wiring_id
+        self.wired_because = None  # type: Optional[str]
         # other schedulers' variables that were present but not used, each with why (``choose``)
         self.ignored = []  # type: List[str]
 
@@ -116,6 +122,12 @@ class NodeTable(object):
 
     def __repr__(self) -> str:
         return "NodeTable(%s)" % ", ".join("%s=%r" % kv for kv in sorted(self.to_dict().items()))
+
+    def wire_here(self, because: str) -> None:
+        """The entrypoint wires these nodes itself (rendezvous with the main node, per-job SSH),
+        as on Batch, ``because`` the launcher needs what the scheduler does not serve."""
+        self.rendezvous = True
+        self.wired_because = because
 
     def lines(self) -> List[str]:
         """The dry run's lines: scheduler and source, role, nodes, who wires them, extras."""
@@ -138,6 +150,8 @@ class NodeTable(object):
         return out
 
     def _wiring(self) -> str:
+        if self.rendezvous and self.wired_because:
+            return "the entrypoint (rendezvous with the main node): %s" % self.wired_because
         if self.rendezvous:
             return "the entrypoint (rendezvous with the main node)"
         if self.role == "rank":

@@ -8,6 +8,11 @@ allocation's first node, with the job's variables only (``SLURM_JOB_NODELIST``,
 ``SLURM_JOB_NUM_NODES``, ``SLURM_TASKS_PER_NODE``) and no ``SLURM_STEP_*``: it is the job's
 launcher (Open MPI's mpirun reads the allocation and starts its daemons through Slurm, no SSH).
 Slurm wires the nodes itself; the main node is the first host of the list (``nodelist``).
+
+A step of one task per node whose launcher needs SSH (``MNP_LAUNCHER=mpirun`` or ``deepspeed``
+from a container that has no ``srun``: pyxis' tasks) is wired by the entrypoint instead, as on
+Batch: the table gives the step's id for that rendezvous (``wiring_id``), ``settings.wiring``
+decides.
 """
 
 from typing import Dict, List, Mapping, Optional, Tuple
@@ -143,7 +148,15 @@ def table(env: Mapping[str, str]) -> NodeTable:
     rank = integer(env, "SLURM_NODEID")
     _check_rank(env, rank, step, len(hosts))
     role = "single" if len(hosts) == 1 else ("main" if rank == 0 else "child")
-    return NodeTable(NAME, detected, role, node_rank=rank, **common)
+    return NodeTable(NAME, detected, role, node_rank=rank, wiring_id=_wiring_id(env, step_name),
+                     **common)
+
+
+def _wiring_id(env: Mapping[str, str], step_name: str) -> str:
+    """The step's own id (job, step and requeue count: a requeued job runs its steps again
+    under the same numbers), for the entrypoint's rendezvous when it wires the step's nodes."""
+    return "slurm-%s.%s.%s" % (get(env, first(env, *JOB_VARIABLES) or JOB_VARIABLES[0]),
+                               get(env, step_name), get(env, "SLURM_RESTART_COUNT") or "0")
 
 
 def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:

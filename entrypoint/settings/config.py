@@ -32,6 +32,7 @@ from .. import launchers, schedulers
 from ..core.errors import ConfigError  # noqa: F401 (config.ConfigError: its historical home)
 from ..core.limits import MAX_NP, MAX_SECONDS, MAX_SLOTS, MIN_HEARTBEAT_TIMEOUT
 from ..probe import fabric
+from . import wiring
 
 FABRICS = ("auto", "efa", "tcp")
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -376,6 +377,7 @@ def load(env=None):
         cfg.state_dir = state
     cfg.health = _choice(env, "MNP_HEALTH", ("off", "basic", "full"), "basic")
     cfg.attempt, cfg.attempt_source = _attempt(env)
+    wiring.decide(cfg)  # needs the role, the launcher and the job id above
     return cfg
 
 

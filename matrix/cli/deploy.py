@@ -167,24 +167,29 @@ def attempts_option(value: Any, maximum: int) -> int:
 
 def sbatch(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
            image_uri: str | None, launcher: str, output: str | None, command: list[str],
-           mounts: Any = None, attempts: Any = None) -> str:
+           mounts: Any = None, attempts: Any = None, ranks: str = "srun") -> str:
     """Write a Slurm batch script (pyxis/enroot) that runs the command on every node;
-    ``attempts`` (default 2) bounds its requeues, which only infrastructure failures get."""
+    ``attempts`` (default 2) bounds its requeues, which only infrastructure failures get;
+    ``ranks`` says who starts an mpirun job's ranks (srun, or mpirun from node 0)."""
     from matrix.deploy import jobdef as jd
     from matrix.deploy import sbatch as sb
 
     tries = attempts_option(attempts, jd.MAX_ATTEMPTS)
 
     launcher = choose(launcher, LAUNCHERS, "launcher", "--launcher")
-    # with mpirun every srun --mpi=pmix task is one rank: the plan to check is mpirun's (what
-    # the ranks need from the stack); any other launcher runs once per node of a Slurm step
-    scheduler = "batch" if launcher == "mpirun" else "slurm"
+    ranks = choose(ranks, sb.RANKS, "rank starter", "--ranks")
+    if ranks != "srun" and launcher not in sb.PER_RANK:
+        raise UsageError(f"--ranks {ranks}: only for --launcher mpirun ({launcher} runs one task "
+                         "per node)")
+    # with srun --mpi=pmix every task is one rank: the plan to check is mpirun's (what the ranks
+    # need from the stack); otherwise the entrypoint runs once per node of a Slurm step
+    scheduler = "batch" if launcher in sb.PER_RANK and ranks == "srun" else "slurm"
     given = _generator_input("sbatch", "the srun line's command", stacks_file, stacks, nodes,
                              instance_type, launcher, output, command, mounts,
                              scheduler=scheduler)
     uri = _image(given, image_uri)
     script = sb.build_sbatch_script(given.stack, given.nodes, given.instance_type, uri, command,
-                                    launcher=launcher,
+                                    launcher=launcher, ranks=ranks,
                                     fabric=given.matrix.stack(given.stack).fabric,
                                     mounts=given.mounts, max_attempts=tries)
     _emit(given, script, output)

@@ -26,11 +26,28 @@ node there, run the ``sh`` as its child and never stop itself, so the step would
 - the command: :data:`ENTRYPOINT` (the image's ENTRYPOINT, by its installed path), then the
   user's command, so every task reads its own Slurm variables.
 
-How the tasks are laid out follows the entrypoint's Slurm unit: with ``mpirun`` every rank is a
-Slurm task (``srun --mpi=pmix``, one task per slot; the entrypoint sees ``PMIX_RANK`` and runs the
-command); with torchrun, DeepSpeed or none, one task per node, which starts the node's processes
-with the master taken from the node list. Debian's and Ubuntu's Open MPI have no PMI-2, so the
-script never uses ``--mpi=pmi2``. srun passes the submitting environment to every task
+How the tasks are laid out follows the entrypoint's Slurm unit (:func:`layout`):
+
+- ``mpirun`` with ``ranks="srun"`` (the default): every rank is a Slurm task (``srun
+  --mpi=pmix``, one task per slot; the entrypoint sees ``PMIX_RANK`` and runs the command).
+  Debian's and Ubuntu's Open MPI have no PMI-2, so the script never uses ``--mpi=pmi2``;
+- ``mpirun`` with ``ranks="mpirun"``: mpirun inside the allocation, for a Slurm without PMIx or
+  a job that needs mpirun's own options. One task per node; the entrypoints wire the step's nodes
+  themselves (``entrypoint/settings/wiring.py``: rendezvous with node 0, per-job SSH on
+  ``MNP_SSH_PORT``), because mpirun in a pyxis container cannot start its daemons through the
+  ``srun`` the container does not have; node 0 runs mpirun over that SSH. DeepSpeed's runners
+  (pdsh or mpirun over SSH) are wired the same way;
+- torchrun, torch.distributed.launch and none: one task per node, which starts the node's
+  processes with the master taken from the node list.
+
+Every one-task-per-node step says ``--mpi=none``: a site whose ``slurm.conf`` sets
+``MpiDefault=pmix`` would otherwise give each task ``PMIX_RANK``, and the entrypoint would take the
+task for one rank of an MPI job and skip its launcher (srun's ``--mpi`` defaults to
+``MpiDefault``, https://slurm.schedmd.com/srun.html#OPT_mpi; the option on the command line wins
+over ``SLURM_MPI_TYPE`` in the environment, https://slurm.schedmd.com/srun.html#SECTION_INPUT-
+ENVIRONMENT-VARIABLES). Where the entrypoint wires the nodes the script makes a secret for the
+step (``MNP_SECRET``, 32 random bytes from ``/dev/urandom`` on the batch host), so only this job's
+tasks can join its rendezvous. srun passes the submitting environment to every task
 (``--export=ALL`` is its default, https://slurm.schedmd.com/srun.html#OPT_export).
 The pyxis play in tests/integration (pyxis_play.py) runs these scripts on a Slurm cluster.
 
@@ -55,8 +72,15 @@ from matrix.deploy.mounts import Mount, pyxis_mounts
 from matrix.errors import UserError
 from matrix.model.instances import InstanceType, get_instance_type
 
-# The launchers whose ranks Slurm starts itself; the others run once per node.
+# The launchers whose ranks Slurm can start itself (``ranks="srun"``); the others run once per node.
 PER_RANK = ("mpirun",)
+# Who starts the ranks of an mpirun job: srun (every task a rank) or mpirun from node 0.
+RANKS = ("srun", "mpirun")
+# Launchers that reach the other nodes over SSH from node 0: under a Slurm step the entrypoints
+# wire the nodes themselves (entrypoint/settings/wiring.py), which wants a secret per job.
+WIRED_BY_ENTRYPOINT = ("mpirun", "deepspeed")
+# 32 random bytes as hex, made on the batch host for the step's rendezvous (od and tr: coreutils)
+SECRET_LINE = 'export MNP_SECRET="$(od -An -N32 -tx1 /dev/urandom | tr -d \' \\n\')"'
 # Where the entrypoint layer installs the image's ENTRYPOINT (images/entrypoint/Dockerfile.j2).
 ENTRYPOINT = "/usr/local/bin/mnp-entrypoint"
 # The entrypoint's exit codes for a failure of the infrastructure, which a requeue on other nodes
@@ -75,16 +99,23 @@ _REGISTRY = re.compile(r"^(localhost|[^/]*[.:][^/]*)$")
 
 @dataclass(frozen=True)
 class Layout:
-    """How the job sits on its nodes: tasks per node and whether srun starts MPI ranks."""
+    """How the job sits on its nodes: tasks per node, whether srun starts MPI ranks, and whether
+    the entrypoints wire the nodes themselves (one task per node, a launcher that needs SSH)."""
 
     tasks_per_node: int
     mpi: bool
+    wired: bool = False
 
 
-def layout(instance: InstanceType, launcher: str) -> Layout:
-    if launcher in PER_RANK:
+def layout(instance: InstanceType, launcher: str, ranks: str = "srun") -> Layout:
+    if ranks not in RANKS:
+        raise UserError(f"--ranks {ranks!r}: expected one of {', '.join(RANKS)}")
+    if launcher not in PER_RANK and ranks != RANKS[0]:
+        raise UserError(f"--ranks {ranks}: only for --launcher mpirun ({launcher} runs one task "
+                        "per node)")
+    if launcher in PER_RANK and ranks == "srun":
         return Layout(instance.slots_per_node(), True)
-    return Layout(1, False)
+    return Layout(1, False, launcher in WIRED_BY_ENTRYPOINT)
 
 
 def enroot_image(image_uri: str) -> str:
@@ -139,9 +170,7 @@ def requeue_lines(max_attempts: int) -> list[str]:
 
 def _srun(image: str, shape: Layout, mounts: Sequence[Mount], env_names: Sequence[str],
           command: Sequence[str]) -> str:
-    words = ["srun"]
-    if shape.mpi:
-        words.append("--mpi=pmix")
+    words = ["srun", "--mpi=pmix" if shape.mpi else "--mpi=none"]
     words += [f"--container-image={image}", "--no-container-entrypoint",
               f"--container-env={','.join(env_names)}"]
     if mounts:
@@ -159,6 +188,7 @@ def build_sbatch_script(
     command: Sequence[str],
     *,
     launcher: str = "mpirun",
+    ranks: str = "srun",
     fabric: str | None = None,
     mounts: Sequence[Mount] = (),
     env: Mapping[str, str] | None = None,
@@ -174,7 +204,7 @@ def build_sbatch_script(
     if not command:
         raise UserError("no command given to run on the nodes (put it after --)")
     image = enroot_image(image_uri)
-    shape = layout(instance, launcher)
+    shape = layout(instance, launcher, ranks)
     environment = mnp_environment(instance, launcher, fabric, wait_timeout_s, env)
     head = [
         "#!/bin/bash",
@@ -189,6 +219,10 @@ def build_sbatch_script(
     ]
     names = sorted(environment)
     exports = [f"export {name}={shlex.quote(environment[name])}" for name in names]
+    if shape.wired:
+        exports += ["# the step's nodes join node 0's rendezvous: only this job's tasks know this",
+                    SECRET_LINE]
+        names = sorted(names + ["MNP_SECRET"])
     step = ["", "status=0", _srun(image, shape, mounts, names, command), ""]
     return "\n".join(head + exports + step + requeue_lines(max_attempts)) + "\n"
 

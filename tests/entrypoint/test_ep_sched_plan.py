@@ -77,9 +77,51 @@ def test_an_srun_mpi_pmix_task_is_a_rank_and_runs_the_command_itself():
     assert not [e for e in p.env if e["name"].startswith("OMPI_MCA_")]
 
 
-def test_mpirun_on_a_slurm_step_node_is_a_problem_naming_the_slurm_ways():
-    _, p = make(example("slurm", MNP_LAUNCHER="mpirun"))
-    assert p.problems and "srun --mpi=pmix" in p.problems[0]
+@pytest.mark.parametrize("launcher", ["mpirun", "deepspeed"])
+@pytest.mark.parametrize("rank", [0, 2])
+def test_an_ssh_launcher_on_a_one_task_per_node_slurm_step_is_wired_by_the_entrypoint(
+        launcher, rank):
+    """pyxis' tasks have no srun for Open MPI's daemons: node 0 runs the launcher over the
+    entrypoint's own rendezvous and per-job SSH, as on Batch, bound to the step's id."""
+    env = example("slurm", 3, rank, MNP_LAUNCHER=launcher, SLURM_RESTART_COUNT="1")
+    cfg, p = make(env, binaries=dict(BINARIES, deepspeed="/usr/local/bin/deepspeed"))
+    assert (cfg.scheduler, cfg.mode, cfg.rendezvous) == ("slurm", ("main", "child")[rank > 0],
+                                                         True)
+    assert cfg.job_id == "slurm-1234.0.1" and cfg.main_index == 0
+    assert cfg.main_address == (None if rank == 0 else "node1")
+    assert p.needs_ssh and p.problems == [], p.problems
+    assert ("nodes wired by: the entrypoint (rendezvous with the main node): "
+            f"MNP_LAUNCHER={launcher} needs SSH between the nodes, which slurm does not serve"
+            ) in p.text()
+    if rank:
+        assert p.rendezvous.startswith("register with node1:29410")
+
+
+@pytest.mark.parametrize("extra", [
+    {"MNP_LAUNCHER": "torchrun"},  # needs no SSH: the scheduler's wiring stays
+    {"MNP_LAUNCHER": "none"},
+    {},  # the default under a Slurm step is torchrun
+])
+def test_a_slurm_step_keeps_the_schedulers_wiring_unless_the_launcher_needs_ssh(extra):
+    cfg, p = make(example("slurm", **extra))
+    assert not cfg.rendezvous and p.rendezvous is None and not p.needs_ssh
+
+
+def test_mpirun_on_a_slurm_step_of_several_tasks_per_node_is_a_problem_naming_the_slurm_ways():
+    """Each of two tasks would start its own rendezvous and sshd on the same ports."""
+    env = example("slurm", MNP_LAUNCHER="mpirun", SLURM_STEP_TASKS_PER_NODE="2(x3)")
+    cfg, p = make(env)
+    assert not cfg.rendezvous
+    assert any("2 tasks of this Slurm step run on this node" in line for line in p.problems)
+
+
+@pytest.mark.parametrize("kind", ["pytorchjob", "trainjob"])
+def test_mpirun_in_a_kubeflow_pod_is_still_a_problem(kind):
+    """Only a scheduler table with a wiring id (a Slurm step) lets the entrypoint wire nodes:
+    an MPIJob is how Kubeflow runs mpirun."""
+    cfg, p = make(example(kind, 2, 1, MNP_LAUNCHER="mpirun"))
+    assert not cfg.rendezvous
+    assert p.problems and "needs SSH between the nodes" in p.problems[0]
 
 
 @pytest.mark.parametrize("kind,master,port", [("pytorchjob", "job-master-0", "23456"),

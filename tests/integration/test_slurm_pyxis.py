@@ -144,7 +144,9 @@ def submit(play, script: str, *options: str, timeout: float = 240) -> str:
 
 
 def results(log: str, word: str) -> list[str]:
-    return sorted(line for line in log.splitlines() if line.startswith(word))
+    """The lines that start with ``word``, without mpirun's ``--tag-output`` prefix, sorted."""
+    lines = (re.sub(r"^\[\d+,\d+\]<stdout>:", "", line) for line in log.splitlines())
+    return sorted(line for line in lines if line.startswith(word))
 
 
 def test_a_generated_mpirun_script_runs_srun_pmix_ranks_through_pyxis(play):
@@ -155,6 +157,25 @@ def test_a_generated_mpirun_script_runs_srun_pmix_ranks_through_pyxis(play):
     log = submit(play, "mpi.sbatch", "--ntasks-per-node=2")
     assert results(log, "rank=") == [f"rank={r} size=6 sum=21" for r in range(6)], log
     assert log.count("scheduler: rank (detected from PMIX_RANK)") == 6, log
+    assert len(re.findall(r"pyxis: starting container: pyxis_\d+\.0", log)) == 3, log
+
+
+def test_a_generated_script_runs_mpirun_inside_the_allocation_through_pyxis(play):
+    """``--ranks mpirun``: one task per node, the entrypoints wire the step's nodes themselves
+    (the container has no srun for Open MPI's daemons) and node 0 runs mpirun over the job's own
+    SSH. Submitted as on a site whose MpiDefault is pmix (``SLURM_MPI_TYPE``, srun's variable for
+    ``--mpi``): the script's ``--mpi=none`` keeps each task from being taken for one rank."""
+    script = build_sbatch_script("cpu-tcp", 3, "c5n.18xlarge", play.uri,
+                                 ["python3", "/share/allreduce.py"], launcher="mpirun",
+                                 ranks="mpirun", fabric="tcp", env={"MNP_SLOTS_PER_NODE": "2"})
+    (play.share / "mpirun.sbatch").write_text(script)
+    log = submit(play, "mpirun.sbatch", "--export=ALL,SLURM_MPI_TYPE=pmix", timeout=400)
+    assert results(log, "rank=") == [f"rank={r} size=6 sum=21" for r in range(6)], log
+    assert log.count("scheduler: slurm (detected from SLURM_JOB_ID); nodes wired by the "
+                     "entrypoint: MNP_LAUNCHER=mpirun needs SSH between the nodes") == 3, log
+    assert "PMIX_RANK" not in log and "secret NOT SET" not in log, log
+    (command,) = [line for line in log.splitlines() if "running: " in line]
+    assert "mpirun" in command and "-np 6" in command and "--hostfile" in command, command
     assert len(re.findall(r"pyxis: starting container: pyxis_\d+\.0", log)) == 3, log
 
 

@@ -100,15 +100,45 @@ def test_pyxis_never_runs_the_image_entrypoint_and_the_jobs_settings_win():
     assert words[-3:] == [ENTRYPOINT, "python3", "t.py"]
 
 
-@pytest.mark.parametrize("launcher", ["torchrun", "deepspeed", "torch.distributed.launch", "none"])
-def test_per_node_launchers_get_one_task_per_node(launcher):
+@pytest.mark.parametrize(("launcher", "ranks"), [
+    ("torchrun", "srun"), ("deepspeed", "srun"), ("torch.distributed.launch", "srun"),
+    ("none", "srun"), ("mpirun", "mpirun")])
+def test_per_node_launchers_get_one_task_per_node(launcher, ranks):
     script = build_sbatch_script("cuda11.7-efa", 2, "p4d.24xlarge", IMAGE, ["python3", "t.py"],
-                                 launcher=launcher)
+                                 launcher=launcher, ranks=ranks)
     assert directives(script)["--ntasks-per-node"] == "1"
     assert directives(script)["--gpus-per-node"] == "8"
     words = srun_words(script)
-    assert "--mpi=pmix" not in words and "--container-mounts" not in " ".join(words)
+    # MpiDefault=pmix on a site would give each task PMIX_RANK: the step says none itself
+    assert words[:2] == ["srun", "--mpi=none"]
+    assert "--container-mounts" not in " ".join(words)
     assert exports(script)["MNP_LAUNCHER"] == launcher
+    # only launchers that reach the nodes over SSH get the entrypoints' own wiring and its secret
+    wired = launcher in ("mpirun", "deepspeed")
+    assert ("MNP_SECRET" in srun_line(script)) == wired
+    assert ("/dev/urandom" in script) == wired
+
+
+def test_the_step_secret_is_made_when_the_script_runs_and_differs_per_run(tmp_path):
+    """The secret is 64 hex digits made by the batch script on the host, never at submit time
+    (sbatch would keep a submitted value in the job's record)."""
+    script = build_sbatch_script("cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["true"],
+                                 launcher="mpirun", ranks="mpirun")
+    (line,) = [line for line in script.splitlines() if "MNP_SECRET=" in line]
+    values = {subprocess.run(["bash", "-c", f"set -euo pipefail; {line}; echo $MNP_SECRET"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+              for _ in range(2)}
+    assert len(values) == 2 and all(len(v) == 64 and int(v, 16) >= 0 for v in values)
+
+
+@pytest.mark.parametrize(("launcher", "ranks", "words"), [
+    ("mpirun", "ssh", "--ranks 'ssh': expected one of srun, mpirun"),
+    ("torchrun", "mpirun", "--ranks mpirun: only for --launcher mpirun"),
+])
+def test_ranks_option_mistakes(launcher, ranks, words):
+    with pytest.raises(UserError, match=words):
+        build_sbatch_script("cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["true"], launcher=launcher,
+                            ranks=ranks)
 
 
 def test_cpu_instance_asks_for_no_gpus_and_a_rank_per_core():
@@ -260,10 +290,13 @@ def test_sbatch_attempts_option(tmp_path):
     (["--mount", "/fsx,x:/fsx"], 2, "may not hold ',', ':'"),
     (["--launcher", "srun"], 2, "--launcher 'srun': no launcher of that name"),
     (["--stack", "cpu-mpi", "--launcher", "torchrun"], 1, "torchrun needs PyTorch"),
-    # deepspeed's runners reach the nodes over SSH, which a Slurm step does not serve: the
-    # plan the entrypoint makes under Slurm has that problem, so no script is written
-    (["--stack", "cpu-tcp", "--launcher", "deepspeed"], 1, "under slurm: MNP_LAUNCHER=deepspeed "
-                                                          "needs SSH"),
+    (["--ranks", "ssh"], 2, "--ranks 'ssh': no rank starter of that name (rank starters: "
+                            "mpirun, srun)"),
+    (["--launcher", "torchrun", "--ranks", "mpirun"], 2, "--ranks mpirun: only for --launcher "
+                                                         "mpirun"),
+    # a plan the entrypoint would refuse under Slurm writes no script: deepspeed on a stack
+    # without DeepSpeed
+    (["--stack", "cpu-mpi", "--launcher", "deepspeed"], 1, "under slurm: deepspeed not found"),
 ])
 def test_sbatch_mistakes_are_one_line(tmp_path, args, code, words):
     target = tmp_path / "job.sbatch"

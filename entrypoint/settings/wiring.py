@@ -1,0 +1,50 @@
+"""Who wires a job's nodes where the scheduler started one entrypoint per node but serves no SSH.
+
+A Slurm step of one task per node (``srun --ntasks-per-node=1 mnp-entrypoint ...``, what the
+scripts ``invoke sbatch`` writes for torchrun, DeepSpeed and mpirun-from-node-0 run through pyxis)
+gives every node its rank and names the main node, but nothing there lets one process reach the
+others: Open MPI's mpirun would start its daemons through ``srun``, which a pyxis container does
+not have, and DeepSpeed's runners use ``pdsh`` or ``mpirun`` over SSH. There the entrypoint wires
+the nodes itself, as on AWS Batch: node 0 serves the rendezvous, every other node registers with
+it (its address, slots and a fresh SSH host key), and node 0 runs the launcher over the job's
+own SSH (``run.batchnodes``). It does so only
+
+- when ``MNP_LAUNCHER`` names a launcher that needs SSH (its unit cannot
+  ``starts_without_ssh``): torchrun and ``none`` keep the scheduler's wiring, so nothing listens
+  on the rendezvous or SSH port unless the job asked for a launcher that needs them;
+- when this node runs one task of the step: several tasks per node would each start a
+  rendezvous and an sshd on the same ports (the plan names that problem instead);
+- where the scheduler's table gives a ``wiring_id`` (only a Slurm step does), which binds the
+  rendezvous messages to that step, as ``AWS_BATCH_JOB_ID`` does on Batch.
+"""
+
+from typing import Any
+
+from .. import launchers
+
+
+def decide(cfg: Any) -> None:
+    """Let the entrypoint wire the nodes of ``cfg`` (a loaded ``Config``) where the scheduler
+    serves no SSH and the launcher needs it; record the decision on the node table."""
+    node = cfg.node
+    if node is None or node.wiring_id is None or cfg.mode not in ("main", "child"):
+        return
+    unit = launchers.UNITS[cfg.launcher]
+    if not cfg.launcher_explicit or unit.starts_without_ssh:
+        return
+    if _tasks_here(node) != 1:
+        return
+    node.wire_here("MNP_LAUNCHER=%s needs SSH between the nodes, which %s does not serve"
+                   % (cfg.launcher, node.scheduler))
+    cfg.job_id = cfg.job_id or node.wiring_id
+    cfg.main_index = 0
+    cfg.main_address = node.main_address if cfg.mode == "child" else None
+
+
+def _tasks_here(node: Any) -> int:
+    """The scheduler's tasks on this node (1 where it does not count them)."""
+    if node.slots_are != "tasks" or not node.slots or node.node_rank is None:
+        return 1
+    if node.node_rank >= len(node.slots):
+        return 1
+    return node.slots[node.node_rank]
