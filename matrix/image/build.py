@@ -8,7 +8,8 @@ its full log saved under ``.mnp/logs/``; a failure shows the log's tail, starts 
 ends the run with a summary and a non-zero exit. An engine that fails rather than answers
 (connection lost mid-stream, refused, a container it cannot start) ends the run, once the layers
 already running have stopped, with one line naming the engine, the layer and its log
-(:data:`engine.ENGINE_FAULTS`).
+(:data:`engine.ENGINE_FAULTS`); the container of a build step such a fault cut off is removed
+once the engine answers again, or by the next build (:mod:`matrix.image.cutoff`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from matrix.errors import UserError
-from matrix.image import bootstrap, budget, ca, engine, lock, proxy, schedule
+from matrix.image import bootstrap, budget, ca, cutoff, engine, lock, proxy, schedule
 from matrix.image.plan import LABEL_PREFIX, Layer, Plan
 from matrix.image.progress import LayerResult, Reporter, mb
 from matrix.model.settings import ROOT
@@ -47,6 +48,8 @@ def build(client: docker.DockerClient, plan: Plan, stacks: list[str], *,
     Raises :class:`UserError` after a failure (once the layers already running are done).
     """
     console = console or Console(highlight=False)
+    key = lock.engine_key(client)
+    cutoff.sweep(client, state, key, console.print)
     bases = {base.name: base for base in (plan.matrix.stack(s).base for s in stacks)}
     for base in bases.values():
         try:
@@ -56,7 +59,6 @@ def build(client: docker.DockerClient, plan: Plan, stacks: list[str], *,
         console.print(f"base {base.image}: {how}")
     layers = plan.order(stacks)
     reporter = Reporter(console, layers)
-    key = lock.engine_key(client)
     with ca.serve(ca_bundle) as ca_url:
         job = _Job(client, registry, ca_url, proxy.build_args(), reporter, state, no_cache, key)
 
@@ -103,24 +105,28 @@ class _Job:
     engine_key: str
 
     def layer(self, layer: Layer, parent: LayerResult | None) -> LayerResult:
-        """Reuse, pull or build one layer under its lock; engine faults become one line."""
+        """Reuse, pull or build one layer under its lock; engine faults become one line, after
+        the container of a build step they cut off is removed (or recorded, :mod:`cutoff`)."""
+        steps = cutoff.Steps(f"layer {layer.name} ({layer.ref})")
         try:
             with lock.layer(self.engine_key, layer.ref, layer.parent, on_wait=lambda: self.reporter.say(
                     f"{self.reporter.prefix(layer)}: waiting for another build of it (or of its "
                     "parent) on this engine")):
-                return self._unlocked(layer, parent)
+                return self._unlocked(layer, parent, steps)
         except engine.ENGINE_FAULTS as exc:
+            left = cutoff.after_fault(self.client, steps, self.state, self.engine_key)
             raise engine.fault(self.client, exc, f"building layer {layer.name} ({layer.ref})",
-                               f"log: {log_path(self.state, layer)}") from None
+                               f"log: {log_path(self.state, layer)}{left}") from None
 
-    def _unlocked(self, layer: Layer, parent: LayerResult | None) -> LayerResult:
+    def _unlocked(self, layer: Layer, parent: LayerResult | None,
+                  steps: cutoff.Steps) -> LayerResult:
         if _trusted(self.client, layer, self.reporter):
             result = LayerResult(layer, "cached")
         elif self.registry and _pull(self.client, layer, self.registry):
             result = LayerResult(layer, "pulled")
         else:
             self.reporter.start(layer)
-            result = _one(self, layer)
+            result = _one(self, layer, steps)
         _measure(self.client, result, parent)
         return result
 
@@ -130,7 +136,7 @@ def log_path(state: Path, layer: Layer) -> Path:
     return state / "logs" / f"{layer.tag}.log"
 
 
-def _one(job: _Job, layer: Layer) -> LayerResult:
+def _one(job: _Job, layer: Layer, steps: cutoff.Steps) -> LayerResult:
     log = log_path(job.state, layer)
     try:
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -139,11 +145,11 @@ def _one(job: _Job, layer: Layer) -> LayerResult:
         raise UserError(f"layer {layer.name}: cannot write its build log {log}: "
                         f"{exc.strerror or exc} (move away what is there)") from None
     started = time.monotonic()
-    ok = _stream_build(job, layer, log)
+    ok = _stream_build(job, layer, log, steps)
     return LayerResult(layer, "built" if ok else "failed", time.monotonic() - started, log=log)
 
 
-def _stream_build(job: _Job, layer: Layer, log_path: Path) -> bool:
+def _stream_build(job: _Job, layer: Layer, log_path: Path, steps: cutoff.Steps) -> bool:
     # Proxies first: a layer's own build arguments win over a same-named proxy variable.
     args = {**job.proxies, **layer.build_args}
     if job.ca_url:
@@ -159,6 +165,7 @@ def _stream_build(job: _Job, layer: Layer, log_path: Path) -> bool:
                 if "stream" in chunk:
                     text = chunk["stream"]
                     log.write(text)
+                    steps.see(text)
                     match = STEP.match(text.strip())
                     if match:
                         job.reporter.step(layer, int(match[1]), int(match[2]), match[3])
@@ -171,6 +178,10 @@ def _stream_build(job: _Job, layer: Layer, log_path: Path) -> bool:
             return False
         except engine.ENGINE_FAULTS as exc:
             log.write(f"\nERROR: the engine failed mid-build: {type(exc).__name__}: {exc}\n")
+            if not isinstance(exc, engine.EngineGone) and engine.went_away(job.client, before):
+                # A killed dockerd just drops the stream; say that it went, not only how.
+                raise engine.EngineGone("it stopped or restarted mid-build (the build's stream "
+                                        f"broke: {type(exc).__name__})") from None
             raise
     return _exists(job.client, layer.ref)
 
