@@ -9,10 +9,10 @@ version-dependent rows of ``envtable``; this module only reads the machine:
 - ``libfabric_version``: ``fi_info --version``;
 - ``interface_vendor``: the PCI vendor of the job's interface (``0x1d0f``: AWS ENA);
 - ``imds_instance_type``: one IMDSv2 query (1 s budget), only asked when EFA devices exist;
-- ``rdma_capable``: RDMA reads over EFA by instance type (``INSTANCE_RDMA_READ``, a copy of
-  ``matrix/model/instances.yaml``: the entrypoint cannot import ``matrix``; ``tests/test_instances.py``
-  keeps the two equal), then by family (``RDMA_FAMILIES``, and the table's rows of the family),
-  else by GPU model;
+- ``rdma_capable``: RDMA reads over EFA by instance type (``INSTANCE_RDMA_READ``, read from
+  ``instances``, the instance table rendered from ``matrix/model/instances.yaml``: the entrypoint
+  cannot import ``matrix``), then by family (``RDMA_FAMILIES``, and the table's rows of the
+  family), else by GPU model;
 - ``INSTANCE_TYPES``: the instance table's names; ``KNOWN_FAMILIES``: their families and
   ``RDMA_FAMILIES``. ``MNP_INSTANCE_TYPE`` is a table type or an EC2 type of a known family
   (``unknown_type`` says what is wrong with any other), and ``family_note`` names the family a
@@ -24,17 +24,11 @@ import glob
 import os
 import re
 
-# instance type -> EFA RDMA read, as matrix/model/instances.yaml says (efa_rdma_read); source:
-# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html "Supported instance types" (the
-# RDMA read column of the Nitro v3/v4/v5/v6 tables).
-INSTANCE_RDMA_READ = {
-    "p3.16xlarge": False, "p3dn.24xlarge": False, "p4d.24xlarge": True, "p4de.24xlarge": True,
-    "p5.48xlarge": True, "p5e.48xlarge": True, "p5en.48xlarge": True, "p6-b200.48xlarge": True,
-    "p6-b300.48xlarge": True,
-    "g5.12xlarge": False, "g5.48xlarge": False, "g6.12xlarge": True, "g6.48xlarge": True,
-    "g6e.12xlarge": True, "g6e.48xlarge": True, "dl1.24xlarge": True, "c5n.18xlarge": False,
-    "c6i.32xlarge": True, "m5.24xlarge": False, "hpc6a.48xlarge": True,
-}
+from .instances import INSTANCES
+
+# instance type -> EFA RDMA read (the table's efa_rdma_read; its rows cite
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html "Supported instance types").
+INSTANCE_RDMA_READ = dict((name, row.efa_rdma_read) for name, row in INSTANCES.items())
 INSTANCE_TYPES = tuple(sorted(INSTANCE_RDMA_READ))
 # Families whose EFA sizes all do RDMA reads (same page and tables), for a type the instance
 # metadata reports that the table does not list: the table's families plus the newer P6, Trn.
