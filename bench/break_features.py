@@ -64,10 +64,8 @@ BREAKS = [
           [("images/conftest.py", '    if config.getoption("--mnp-layer"):\n        return\n', "")],
           [("tests/test_cpu_tcp.py -k other_stacks_would_run and cuda11.7-efa-aws-ofi-nccl", {})]),
     Break("plugin-version-string", "the probe expects the -aws suffix of the older tags",
-          [("entrypoint/probe/fabric.py", r'rb"Initializing aws-ofi-nccl (\d+)\.(\d+)\.(\d+)"',
-            r'rb"Initializing aws-ofi-nccl (\d+)\.(\d+)\.(\d+)-aws"'),
-           ("entrypoint/probe/fabric.py", r'rb"aws-ofi-nccl[ /-]v?(\d+)\.(\d+)\.(\d+)"',
-            r'rb"aws-ofi-nccl[ /-]v?(\d+)\.(\d+)\.(\d+)-aws"')],
+          [("entrypoint/probe/fabric.py", r'r"^v?(\d+)\.(\d+)\.(\d+)(?![\d.])"',
+            r'r"^v?(\d+)\.(\d+)\.(\d+)-aws"')],
           [("tests/entrypoint/test_ep_fabric.py::test_plugin_version_of_each_pinned_tag", {})]),
     Break("seed-values", "NCCL 2.4.8 gets '=eth0' and the doc's table is edited to match: the doc "
           "replay agrees, the articles' -x NCCL_SOCKET_IFNAME=eth0 does not",

@@ -5,14 +5,15 @@ version-dependent rows of ``envtable``; this module only reads the machine:
 
 - ``uverbs_devices``: ``/dev/infiniband/uverbs*`` (one per EFA passed into the container);
 - ``installer_version``: ``/opt/amazon/efa_installed_packages``;
-- ``find_plugin`` / ``plugin_version``: the aws-ofi-nccl library and the version string in it;
+- ``find_plugin`` / ``plugin_version``: the aws-ofi-nccl library and the release its init message
+  names, or None and why (a build from git between releases names none);
 - ``libfabric_version``: ``fi_info --version``;
 - ``interface_vendor``: the PCI vendor of the job's interface (``0x1d0f``: AWS ENA);
 - ``imds_instance_type``: one IMDSv2 query (1 s budget), only asked when EFA devices exist;
-- ``rdma_capable``: RDMA reads over EFA by instance type (``INSTANCE_RDMA_READ``, a copy of
-  ``matrix/model/instances.yaml``: the entrypoint cannot import ``matrix``; ``tests/test_instances.py``
-  keeps the two equal), then by family (``RDMA_FAMILIES``, and the table's rows of the family),
-  else by GPU model;
+- ``rdma_capable``: RDMA reads over EFA by instance type (``INSTANCE_RDMA_READ``, read from
+  ``instances``, the instance table rendered from ``matrix/model/instances.yaml``: the entrypoint
+  cannot import ``matrix``), then by family (``RDMA_FAMILIES``, and the table's rows of the
+  family), else by GPU model;
 - ``INSTANCE_TYPES``: the instance table's names; ``KNOWN_FAMILIES``: their families and
   ``RDMA_FAMILIES``. ``MNP_INSTANCE_TYPE`` is a table type or an EC2 type of a known family
   (``unknown_type`` says what is wrong with any other), and ``family_note`` names the family a
@@ -24,17 +25,11 @@ import glob
 import os
 import re
 
-# instance type -> EFA RDMA read, as matrix/model/instances.yaml says (efa_rdma_read); source:
-# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html "Supported instance types" (the
-# RDMA read column of the Nitro v3/v4/v5/v6 tables).
-INSTANCE_RDMA_READ = {
-    "p3.16xlarge": False, "p3dn.24xlarge": False, "p4d.24xlarge": True, "p4de.24xlarge": True,
-    "p5.48xlarge": True, "p5e.48xlarge": True, "p5en.48xlarge": True, "p6-b200.48xlarge": True,
-    "p6-b300.48xlarge": True,
-    "g5.12xlarge": False, "g5.48xlarge": False, "g6.12xlarge": True, "g6.48xlarge": True,
-    "g6e.12xlarge": True, "g6e.48xlarge": True, "dl1.24xlarge": True, "c5n.18xlarge": False,
-    "c6i.32xlarge": True, "m5.24xlarge": False, "hpc6a.48xlarge": True,
-}
+from .instances import INSTANCES
+
+# instance type -> EFA RDMA read (the table's efa_rdma_read; its rows cite
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html "Supported instance types").
+INSTANCE_RDMA_READ = dict((name, row.efa_rdma_read) for name, row in INSTANCES.items())
 INSTANCE_TYPES = tuple(sorted(INSTANCE_RDMA_READ))
 # Families whose EFA sizes all do RDMA reads (same page and tables), for a type the instance
 # metadata reports that the table does not list: the table's families plus the newer P6, Trn.
@@ -62,10 +57,25 @@ PLUGIN_GLOBS = (
     "/usr/lib/x86_64-linux-gnu/libnccl-net*.so*",
     "/usr/lib64/libnccl-net*.so*",
 )
-_PLUGIN_VERSION_RES = (
-    re.compile(rb"Initializing aws-ofi-nccl (\d+)\.(\d+)\.(\d+)"),
-    re.compile(rb"aws-ofi-nccl[ /-]v?(\d+)\.(\d+)\.(\d+)"),
-)
+# The plugin's first log line is "Initializing " PACKAGE_STRING, one C string literal in the .so
+# (src/nccl_ofi_net.c, nccl_net_ofi_create_plugin), and autoconf makes PACKAGE_STRING
+# "aws-ofi-nccl <AC_INIT version>". Only that string says which build this is: any other
+# "aws-ofi-nccl-1.2.3" in the file (a versioned install prefix such as
+# /opt/aws-ofi-nccl-1.7.4/share/aws-ofi-nccl/xml, a source path) may name an older release than
+# the code, so nothing else is read.
+_PLUGIN_INIT_RE = re.compile(rb"Initializing aws-ofi-nccl ([\x21-\x7e]{1,64})")
+# AC_INIT's version at a release tag (1.7.4-aws, 1.21.1; from m4/get_version.sh: the tag less its
+# "v") or, on a branch between releases, the next release's alpha: 1.8.1a1-aws, "the version
+# that will eventually become" the next release (https://github.com/aws/aws-ofi-nccl/pull/536),
+# on master from https://github.com/aws/aws-ofi-nccl/pull/809 (2025-03-14). Either has every
+# change of the releases before it, so its numbers are read as its release.
+_PLUGIN_RELEASE_RE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?![\d.])")
+# What builds from git embed instead of a release: "GitHub-dev", the development branch's fixed
+# AC_INIT before release numbers came from git; "git-<short hash>", m4/get_version.sh at
+# commit 159c97397cd0 lines 49-55 (configure.ac lines 12-14 there take AC_INIT's version from it)
+# for a commit no tag points at, e.g. NCCL's log "NET/OFI Initializing aws-ofi-nccl git-6e504db".
+_PLUGIN_GIT_RE = re.compile(r"^git-([0-9a-f]{4,40})$")
+_PLUGIN_DEV = "GitHub-dev"
 
 
 def _under(root, path):
@@ -94,26 +104,44 @@ def installer_version(root="/"):
 
 
 def find_plugin(root="/"):
-    """``(path, (major, minor, patch) or None)`` of aws-ofi-nccl, or ``(None, None)``."""
+    """``(path, (major, minor, patch) or None, why)`` of aws-ofi-nccl (``plugin_version``), or
+    ``(None, None, why)`` when none is installed."""
     for pattern in PLUGIN_GLOBS:
         for path in sorted(glob.glob(_under(root, pattern))):
             if os.path.islink(path) and not os.path.exists(path):
                 continue
-            return path, plugin_version(path)
-    return None, None
+            version, why = plugin_version(path)
+            return path, version, why
+    return None, None, "no aws-ofi-nccl library (libnccl-net*.so)"
 
 
 def plugin_version(path, limit=64 * 1024 * 1024):
+    """``((major, minor, patch), where)`` when the plugin's init message names a release, else
+    ``(None, why)``: a build from git between releases, no init message, an unreadable file."""
     try:
         with open(path, "rb") as handle:
             data = handle.read(limit)
-    except (OSError, IOError):
-        return None
-    for regex in _PLUGIN_VERSION_RES:
-        match = regex.search(data)
-        if match:
-            return tuple(int(x) for x in match.groups())
-    return None
+    except (OSError, IOError) as exc:
+        return None, "cannot read %s: %s" % (path, exc.strerror or exc)
+    match = _PLUGIN_INIT_RE.search(data)
+    if not match:
+        return None, "no 'Initializing aws-ofi-nccl' message in %s" % path
+    embedded = match.group(1).decode("ascii")
+    return _plugin_release(embedded)
+
+
+def _plugin_release(embedded):
+    said = "'Initializing aws-ofi-nccl %s'" % embedded
+    release = _PLUGIN_RELEASE_RE.match(embedded)
+    if release:
+        return tuple(int(x) for x in release.groups()), said
+    commit = _PLUGIN_GIT_RE.match(embedded)
+    if commit:
+        return None, ("%s: a build of git commit %s, at no release tag, so no release number"
+                      % (said, commit.group(1)))
+    if embedded == _PLUGIN_DEV:
+        return None, "%s: a build of the development branch, so no release number" % said
+    return None, "%s: not a release number" % said
 
 
 def libfabric_version(run):

@@ -240,7 +240,7 @@ def _versions(facts, root, run):
             facts.versions[name] = version
             facts.version_sources[name] = where
 
-    plugin_path, plugin_ver = fabric.find_plugin(root)
+    plugin_path, plugin_ver, plugin_why = fabric.find_plugin(root)
     if plugin_path:
         facts.plugin_path = fabric._inside(root, plugin_path)
         base = os.path.basename(plugin_path)
@@ -248,6 +248,9 @@ def _versions(facts, root, run):
             os.path.join(os.path.dirname(plugin_path), "libnccl-net.so*"))
         put("aws-ofi-nccl", ".".join(map(str, plugin_ver)) if plugin_ver else None,
             facts.plugin_path)
+        if not plugin_ver:  # no release: the rows go by if_unknown; the facts keep why
+            facts.version_sources["aws-ofi-nccl"] = "%s: release unknown (%s)" % (
+                facts.plugin_path, plugin_why.replace(plugin_path, facts.plugin_path))
     put("efa-installer", fabric.installer_version(root), "/opt/amazon/efa_installed_packages")
     if facts.binaries.get("fi_info"):
         put("libfabric", fabric.libfabric_version(run), "fi_info --version")

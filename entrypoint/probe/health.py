@@ -2,9 +2,8 @@
 promises, and (``full``) is every node's link as fast as its instance type's floor?
 
 ``basic`` (the default), on every node before sshd, the rendezvous or any rank, each check
-against the instance table row it used (``PROMISES``, a copy of ``matrix/model/instances.yaml``:
-the entrypoint cannot import ``matrix``; ``tests/entrypoint/test_ep_health.py`` keeps the two
-equal):
+against the instance table row it used (``instances``, rendered from
+``matrix/model/instances.yaml``: the entrypoint cannot import ``matrix``):
 
 - GPUs (``nvidia-smi -L``, ``/proc/driver/nvidia/gpus``, ``/dev/nvidia[0-9]*``) or Gaudi HPUs: at
   least the row's count;
@@ -25,22 +24,8 @@ both ways, and the job times an all-reduce; the slowest node's link is compared 
 
 import os
 
-# -- the instance table's promises -----------------------------------------------------------
-# instance type -> (gpus, hpus, efa_interfaces, shm_mib), as matrix/model/instances.yaml says
-# (its rows cite the EC2 pages each figure comes from; shm_mib is the project's choice).
-PROMISES = {
-    "c5n.18xlarge": (0, 0, 1, 4096), "c6i.32xlarge": (0, 0, 1, 4096),
-    "dl1.24xlarge": (0, 8, 4, 64000), "g5.12xlarge": (4, 0, 1, 8192),
-    "g5.48xlarge": (8, 0, 1, 8192), "g6.12xlarge": (4, 0, 1, 8192),
-    "g6.48xlarge": (8, 0, 1, 8192), "g6e.12xlarge": (4, 0, 1, 8192),
-    "g6e.48xlarge": (8, 0, 4, 8192), "hpc6a.48xlarge": (0, 0, 1, 4096),
-    "m5.24xlarge": (0, 0, 0, 4096), "p3.16xlarge": (8, 0, 0, 8192),
-    "p3dn.24xlarge": (8, 0, 1, 8192), "p4d.24xlarge": (8, 0, 4, 8192),
-    "p4de.24xlarge": (8, 0, 4, 8192), "p5.48xlarge": (8, 0, 32, 49152),
-    "p5e.48xlarge": (8, 0, 32, 49152), "p5en.48xlarge": (8, 0, 16, 49152),
-    "p6-b200.48xlarge": (8, 0, 8, 49152), "p6-b300.48xlarge": (8, 0, 16, 49152),
-}
-TABLE = "matrix/model/instances.yaml"
+from .instances import INSTANCES, TABLE
+
 MODES = ("off", "basic", "full")
 # Below 1 GiB free a checkpoint of even a small model cannot be written, and pip's and
 # PyTorch's caches fail: project choice, well under any data volume a job mounts.
@@ -81,11 +66,12 @@ FULL_BUDGET_S = 60.0
 
 
 def promise(instance_type):
-    """``{"gpus", "hpus", "efa", "shm_mib"}`` of the table's row, or ``None``."""
-    row = PROMISES.get(instance_type or "")
+    """``{"gpus", "hpus", "efa", "shm_mib"}`` of the table's row, or ``None``: what the type
+    promises (the rows cite the EC2 pages each figure comes from; shm_mib is the project's)."""
+    row = INSTANCES.get(instance_type or "")
     if row is None:
         return None
-    return dict(zip(("gpus", "hpus", "efa", "shm_mib"), row))
+    return {"gpus": row.gpus, "hpus": row.hpus, "efa": row.efa_interfaces, "shm_mib": row.shm_mib}
 
 
 def _row(instance_type, field, value):

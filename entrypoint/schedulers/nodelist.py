@@ -77,18 +77,21 @@ def _numbers(body: str, item: str) -> List[str]:
 
 
 def _expand_item(item: str, budget: int) -> List[str]:
+    """The hosts of one item; ``budget``: how many more the list may name (a plain name counts
+    as one host like any other, so a long plain list is bounded too)."""
     parts = re.split(r"\[([^\]]*)\]", item)  # text, bracket, text, bracket, ..., text
     texts, brackets = parts[0::2], parts[1::2]
-    if not brackets:
-        return [item]
-    if texts[-1]:
+    if brackets and texts[-1]:
         raise ValueError("%r: nothing may follow the last ']' (Slurm rejects it too)" % item)
     choices = [_numbers(body, item) for body in brackets]
     total = 1
     for values in choices:
         total *= len(values)
     if total > budget:
-        raise ValueError("%r names more than %d hosts" % (item, MAX_HOSTS))
+        raise ValueError("the list names more than %d hosts (past the limit at %r)"
+                         % (MAX_HOSTS, item if len(item) <= 80 else item[:77] + "..."))
+    if not brackets:
+        return [item]
     # Slurm's order: the last bracket fastest; the others from the second-to-last (slowest)
     # down to the first (see the module docstring).
     order = list(range(len(choices) - 2, -1, -1)) + [len(choices) - 1]

@@ -214,7 +214,10 @@ def render(stacks_file: str, stacks: Any, all_stacks: bool) -> list[Path]:
     from matrix.image.plan import plan
 
     matrix = load(stacks_file)
-    result = plan(matrix, pick_stacks(matrix, stacks, all_stacks))
+    names = pick_stacks(matrix, stacks, all_stacks)
+    if generated.write_entrypoint_table(generated.ENTRYPOINT_TABLE):  # first: the plan hashes the entrypoint
+        print(f"wrote {shown(generated.ENTRYPOINT_TABLE)}")
+    result = plan(matrix, names)
     out = generated_dir(matrix)
     written = [out / rel for rel in generated.write(result, out)]
     for path in written:
@@ -311,11 +314,16 @@ def show_plan(stacks_file: str, stacks: Any, all_stacks: bool, as_json: bool = F
 
 
 def lint(stacks_file: str) -> None:
-    """Generated Dockerfiles are fresh and pass hadolint; one line on success."""
+    """The entrypoint's instance table and the generated Dockerfiles are fresh and the
+    Dockerfiles pass hadolint; one line on success."""
     from matrix.image import generated
     from matrix.image.plan import plan
 
     matrix = load(stacks_file)
+    table = generated.stale_entrypoint_table(generated.ENTRYPOINT_TABLE)
+    if table:
+        raise UserError(f"the entrypoint's instance table is stale ({table}); run "
+                        f"`invoke render --all` and commit {shown(generated.ENTRYPOINT_TABLE)}")
     result = plan(matrix)
     out = generated_dir(matrix)
     problems = generated.stale(result, out)

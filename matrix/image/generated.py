@@ -3,16 +3,23 @@
 Reviewers read Dockerfile diffs in pull requests; :func:`stale` tells CI when the copy no longer
 matches what the templates and the matrix render. Files are written to a temporary folder and
 swapped in, so an error never leaves a half-written tree.
+
+The entrypoint's instance table (``entrypoint/probe/instances.py``, rendered from
+``matrix/model/instances.yaml``) is a generated file too: :func:`write_entrypoint_table` and
+:func:`stale_entrypoint_table` do for it what :func:`write` and :func:`stale` do for Dockerfiles.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from matrix.image.plan import Plan
-from matrix.model.settings import GENERATED
+from matrix.image.render import ENTRYPOINT_TABLE, render_entrypoint_table
+from matrix.model.instances import TABLE
+from matrix.model.settings import GENERATED, ROOT
 
 
 def expected(plan: Plan) -> dict[str, str]:
@@ -60,3 +67,29 @@ def stale(plan: Plan, out: Path = GENERATED, all_stacks: bool = True) -> list[st
         on_disk = {p.relative_to(out).as_posix() for p in out.rglob("*.Dockerfile")}
         problems += [f"{rel} (no longer rendered)" for rel in sorted(on_disk - set(files))]
     return problems
+
+
+def write_entrypoint_table(target: Path = ENTRYPOINT_TABLE, table: Path = TABLE) -> bool:
+    """Render the entrypoint's instance table into ``target`` when it differs (swapped in whole);
+    True when the file was written. Run before planning: the images hash the entrypoint."""
+    text = render_entrypoint_table(table)
+    if target.is_file() and target.read_text(encoding="utf-8") == text:
+        return False
+    # a sibling written with the usual mode (mkstemp's 0600 would reach the images), then renamed
+    staging = target.with_name(f".render-{os.getpid()}-{target.name}")
+    try:
+        staging.write_text(text, encoding="utf-8")
+        staging.replace(target)
+    finally:
+        staging.unlink(missing_ok=True)
+    return True
+
+
+def stale_entrypoint_table(target: Path = ENTRYPOINT_TABLE, table: Path = TABLE) -> str | None:
+    """Why ``target`` is not what the instance table renders now (missing, differs), or None."""
+    shown = target.relative_to(ROOT).as_posix() if target.is_relative_to(ROOT) else str(target)
+    if not target.is_file():
+        return f"{shown} (missing)"
+    if target.read_text(encoding="utf-8") != render_entrypoint_table(table):
+        return f"{shown} (differs from what {table.name} renders)"
+    return None

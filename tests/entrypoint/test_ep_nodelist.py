@@ -103,6 +103,16 @@ def test_a_long_list_is_bounded_in_total():
         nodelist.expand("a[1-40000],b[1-40000]")
 
 
+def test_plain_names_count_against_the_bound():
+    """Mutation testing found plain names uncounted: 70,000 of them were accepted."""
+    plain = ",".join(f"h{n}" for n in range(70000))
+    with pytest.raises(ValueError, match=r"more than 65536 hosts \(past the limit at 'h65536'\)"):
+        nodelist.expand(plain)
+    assert len(nodelist.expand(",".join(f"h{n}" for n in range(nodelist.MAX_HOSTS)))) == 65536
+    with pytest.raises(ValueError, match=r"past the limit at 'b'"):
+        nodelist.expand("a[1-65536],b")
+
+
 # Random lists in the grammar Slurm accepts: items of text and brackets, nothing after the last
 # bracket, ranges with random zero padding.
 TEXT = st.text(alphabet="abcxyz-.0123456789", min_size=0, max_size=4)
