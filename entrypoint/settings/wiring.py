@@ -16,6 +16,13 @@ own SSH (``run.batchnodes``). It does so only
   rendezvous and an sshd on the same ports (the plan names that problem instead);
 - where the scheduler's table gives a ``wiring_id`` (only a Slurm step does), which binds the
   rendezvous messages to that step, as ``AWS_BATCH_JOB_ID`` does on Batch.
+
+The ports are the node's own: enroot creates only user and mount namespaces (NVIDIA/enroot
+src/runtime.sh:341-349, bin/enroot-nsenter.c:154-168 at 2e3ce06592f69119c30467221a35c39b2c339f2a)
+and pyxis joins each task to the container's user, cgroup and mount namespaces only
+(NVIDIA/pyxis pyxis_slurmstepd.c:752-776 at 2ca2427d4bd709627ce5e696c39fed4e143c7a48), so a
+task's sshd on ``MNP_SSH_PORT`` (2222; the node's own sshd has 22) and node 0's rendezvous listen
+on the node's interfaces, where the other nodes reach them.
 """
 
 from typing import Any

@@ -6,22 +6,28 @@ as ``export`` lines, and one ``srun`` line whose every task runs the stack image
 with ``mnp-entrypoint`` as its own command.
 
 pyxis does not run the image's ENTRYPOINT per task. It starts each node's container once per
-step, as ``enroot start <name> sh -c "kill -STOP $$ ; exit 0"``, waits until that shell stops
-itself, then joins every task of the node into the container's namespaces with ``setns`` and runs
-the task's own command there (NVIDIA/pyxis pyxis_slurmstepd.c, ``enroot_container_start`` and
-``slurm_spank_task_init``, 2025 master). With ``--container-entrypoint`` only that one start
-goes through the ENTRYPOINT (enroot's ``/etc/rc`` runs ``ENTRYPOINT "$@"``, NVIDIA/enroot
-src/docker.sh ``docker::configure``), with the image's environment and no Slurm variable (enroot's
-``load_environment`` clears the environment, bin/common.h): our entrypoint would plan a single
-node there, run the ``sh`` as its child and never stop itself, so the step would hang. Hence:
+step, as ``enroot start --conf SCRIPT NAME sh -c "kill -STOP $$ ; exit 0"``, waits until that
+shell stops itself, then joins every task of the node into the container's user, cgroup and
+mount namespaces with ``setns`` and runs the task's own command there (NVIDIA/pyxis
+pyxis_slurmstepd.c:941-963 and :1340-1441 at 2ca2427d4bd709627ce5e696c39fed4e143c7a48). With
+``--container-entrypoint`` only that one start goes through the ENTRYPOINT: enroot's ``/etc/rc``
+runs ``exec ENTRYPOINT "$@"`` (NVIDIA/enroot src/docker.sh:214-226 at
+2e3ce06592f69119c30467221a35c39b2c339f2a) in an environment enroot loads from one file after
+``clearenv`` (bin/common.h:147-164 at 2e3ce065): the image's ``ENV``, the ``--container-env``
+names and what enroot's hooks append. ``SLURM_PROCID`` and ``SLURM_LOCALID`` never reach it
+(pyxis_slurmstepd.c:339-358), other Slurm variables only where the site installed enroot's
+conf/hooks/extra/50-slurm-pmi.sh (:24 at 2e3ce065). Our entrypoint would run there without its
+task's rank, run the ``sh`` as its child and never stop itself, so the step would hang. Hence:
 
 - ``--container-image``: the image by digest, in enroot's form (:func:`enroot_image`);
 - ``--no-container-entrypoint``: never the ENTRYPOINT at container start, even where the site
-  sets pyxis' ``execute_entrypoint=1`` (pyxis config.c; the default is off);
+  sets pyxis' ``execute_entrypoint=1`` (the default is off, NVIDIA/pyxis config.c:36 at 2ca2427d;
+  the flag wins, pyxis_slurmstepd.c:114);
 - ``--container-env``: every variable the script exports. pyxis copies the container's
   environment (the image's ``ENV``) over each task's, except the names listed here
-  (pyxis_slurmstepd.c ``spank_import_container_env``), so an image ``ENV`` would otherwise win
-  over the job's settings;
+  (pyxis_slurmstepd.c:619-629 at 2ca2427d; the option's help says the same, NVIDIA/pyxis
+  args.c:146-153 at 2eb8b711d9b314cc438a2091b008b3f6f51af843), so an image ``ENV`` would
+  otherwise win over the job's settings;
 - ``--container-mounts``: the job's ``--mount`` folders (``SRC:DST[:ro]``, comma-separated);
 - the command: :data:`ENTRYPOINT` (the image's ENTRYPOINT, by its installed path), then the
   user's command, so every task reads its own Slurm variables.
@@ -123,8 +129,10 @@ def enroot_image(image_uri: str) -> str:
 
     enroot parses ``[USER@][REGISTRY#]IMAGE[:TAG]`` with ':' allowed in the tag and fetches
     ``/v2/<image>/manifests/<tag>``, so the tag ``sha256:<hex>`` asks the registry for exactly that
-    manifest digest (NVIDIA/enroot src/docker.sh, ``docker::import`` and ``docker::_download``);
-    '@' is not part of that syntax, and '/' after the host would be read as part of the image.
+    manifest digest (NVIDIA/enroot src/docker.sh:243-253 and :120 at
+    2e3ce06592f69119c30467221a35c39b2c339f2a); '@' is not part of that syntax there, and '/'
+    after the host would be read as part of the image. Later enroot also accepts '@sha256:';
+    the '#' form works in both.
     """
     if not is_pinned(image_uri):
         raise UserError(f"--image-uri {image_uri!r} must name the image by digest (@sha256:...)")
