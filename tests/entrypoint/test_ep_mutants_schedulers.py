@@ -216,7 +216,7 @@ def test_the_operators_default_hostfile_is_named_as_such():
     ("n1]", "']' without '[' in 'n1]'"),
     ("n[1]x", "'n[1]x': nothing may follow the last ']' (Slurm rejects it too)"),
     ("n[0-65536]", "range 0-65536 names more than 65536 hosts"),
-    ("a[0-65535],b[1]", "'b[1]' names more than 65536 hosts"),
+    ("a[0-65535],b[1]", "the list names more than 65536 hosts (past the limit at 'b[1]')"),
 ])
 def test_malformed_host_lists_say_why(text, message):
     with pytest.raises(ValueError) as caught:

@@ -11,6 +11,7 @@ with the pyxis or enroot source it follows.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -27,6 +28,7 @@ from matrix.deploy.sbatch import (
 )
 
 from .slurm_cluster import SlurmCluster, image_config, slurm_image
+from .test_deepspeed_cluster import RESULT_RE, TRAIN  # the same user's training script
 from .test_slurm_entrypoint import ALLREDUCE  # the same MPI job
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -177,6 +179,29 @@ def test_a_generated_script_runs_mpirun_inside_the_allocation_through_pyxis(play
     (command,) = [line for line in log.splitlines() if "running: " in line]
     assert "mpirun" in command and "-np 6" in command and "--hostfile" in command, command
     assert len(re.findall(r"pyxis: starting container: pyxis_\d+\.0", log)) == 3, log
+
+
+def test_a_generated_deepspeed_script_trains_on_three_nodes_through_pyxis(play):
+    """``invoke sbatch --launcher deepspeed``: a user's ``deepspeed.initialize`` script, one task
+    per node; node 0's DeepSpeed runner (pdsh) reaches the other nodes over the entrypoints' own
+    SSH, and the ranks train as data-parallel SGD on all three nodes' data must."""
+    (play.share / "ds_train.py").write_text(TRAIN)
+    script = build_sbatch_script("cpu-tcp", 3, "c5n.18xlarge", play.uri,
+                                 ["python3", "/share/ds_train.py"], launcher="deepspeed",
+                                 fabric="tcp", env={"MNP_SLOTS_PER_NODE": "1"})
+    (play.share / "ds.sbatch").write_text(script)
+    log = submit(play, "ds.sbatch", timeout=500)
+    found = {}
+    for match in RESULT_RE.finditer(log):
+        result = json.loads(match.group(1))
+        found[result["rank"]] = result
+    assert sorted(found) == [0, 1, 2], log[-6000:]
+    assert {r["host"] for r in found.values()} == {"node1", "node2", "node3"}, found
+    for result in found.values():
+        assert result["world"] == 3 and result["steps"] == 2, result
+        assert result["max_diff_to_reference"] < 1e-5, result
+    assert len({r["checksum"] for r in found.values()}) == 1, found
+    assert "--launcher pdsh" in log and "secret NOT SET" not in log, log[-6000:]
 
 
 def test_a_generated_torchrun_script_runs_one_task_per_node_through_pyxis(play):
