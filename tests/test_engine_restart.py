@@ -29,6 +29,7 @@ from pathlib import Path
 
 import docker
 import pytest
+import requests
 
 from matrix.errors import UserError
 from matrix.image import cutoff
@@ -158,6 +159,24 @@ def test_a_step_whose_removal_failed_is_still_cut_off():
     steps.see("Step 3/3 : RUN sleep 15\n ---> Running in 4d5bb2654932\n")
     steps.see("Error removing intermediate container 4d5bb2654932: daemon is shutting down\n")
     assert steps.cut_off() == cutoff.CutOff("4d5bb2654932", "2f7d3c4865c4", "layer alpha 1.0")
+
+
+def test_a_timed_out_read_is_not_a_cut_off_and_bad_records_are_dropped(tmp_path):
+    """A client read that timed out leaves the engine running the step: nothing is removed or
+    recorded. A record whose IDs are not the builder's 12 hex digits is dropped with one line,
+    without asking the engine (no client is given: using it would fail this test)."""
+    steps = cutoff.Steps("layer alpha 1.0")
+    steps.see(" ---> 2f7d3c4865c4\nStep 3/3 : RUN sleep 15\n ---> Running in 4d5bb2654932\n")
+    assert cutoff.after_fault(None, steps, tmp_path, "engine-a",
+                              requests.exceptions.ReadTimeout("read timed out")) == ""
+    assert not (tmp_path / "cut-off").exists()
+    folder = tmp_path / "cut-off" / "engine-a"
+    folder.mkdir(parents=True)
+    (folder / "bad.json").write_text('{"container": "", "image": "2f7d3c4865c4", "layer": "x"}')
+    said = []
+    cutoff.sweep(None, tmp_path, "engine-a", said.append)
+    assert not (folder / "bad.json").exists()
+    assert len(said) == 1 and "ignored an unreadable record" in said[0], said
 
 
 def test_a_step_killed_on_a_healthy_engine_is_the_layers_failure(docker_client, project):

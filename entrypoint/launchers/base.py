@@ -41,6 +41,12 @@ NODE_SPECIFIC = (
     "PDSH_SSH_ARGS_APPEND",  # the main node's pdsh settings, not a rank's
     "K_MPI_JOB_ROLE",  # the MPIJob launcher's role, not its ranks' on the workers
 ) + NODE_SSH_ENV  # per ECS task: each node's sshd gives its own to the ranks it starts
+# What a Slurm task's container gets per task when the image defines PYTORCH_VERSION: pyxis'
+# pytorch_setup sets RANK and LOCAL_RANK from SLURM_PROCID and SLURM_LOCALID (NVIDIA/pyxis
+# pyxis_slurmstepd.c:1240-1268 at 2ca2427d4bd709627ce5e696c39fed4e143c7a48), enroot's
+# conf/hooks/extra/50-slurm-pytorch.sh also WORLD_SIZE, MASTER_ADDR and MASTER_PORT. Where the
+# entrypoints wire a step's nodes, node 0's values must not reach every rank.
+TASK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 # Open MPI's and PMIx's own per-process variables; OMPI_MCA_* reach the ranks through mpirun.
 # Slurm's per-task variables stay each rank's own (Open MPI under Slurm sets them per node).
 NODE_SPECIFIC_PREFIXES = ("OMPI_", "PMIX_", "SLURM_", "SLURMD_")

@@ -71,8 +71,11 @@ class DeepSpeed(Unit):
         hostfile = _scheduler_hostfile(launch, request) or request.hostfile
         prefix = ["deepspeed"] if facts.binaries.get("deepspeed") else [
             "python3", "-m", "deepspeed.launcher.runner"]
+        # the runner's own `ssh <first host> hostname` check reads none of the job's SSH
+        # settings: skipped on one node and where the entrypoints wired a scheduler's nodes
+        wired = settings.node is not None and settings.node.wired_because
         extra = (no_ssh_check(facts.versions.get("deepspeed"))
-                 if settings.mode == "single" else _operator_ssh(launch, request, chosen))
+                 if settings.mode == "single" or wired else _operator_ssh(launch, request, chosen))
         address, _port = request.master
         launch.argv = command_line(prefix, request.command, hostfile, chosen, address,
                                    settings.master_port, " ".join(shlex.quote(a) for a in args),
@@ -184,7 +187,8 @@ def env_target(deepspeed_version: Optional[str], state_dir: str, home: str,
 def no_ssh_check(deepspeed_version: Optional[str]) -> List[str]:
     """``--no_ssh_check`` where DeepSpeed has it: a single node's hostfile lists only this node,
     which the runner starts locally with no SSH once past its check; an MPIJob launcher's ssh
-    needs the operator's options, which the check does not read."""
+    needs the operator's options, and a Slurm step's the job's port and keys, which the check
+    does not read (the user's home, often shared there, keeps its own ~/.ssh/config)."""
     if versions.in_range(deepspeed_version, NO_SSH_CHECK_MIN):
         return ["--no_ssh_check"]
     return []

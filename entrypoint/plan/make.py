@@ -102,6 +102,7 @@ def make_plan(cfg, facts, command, user_env, table=None, hostfiles=None):
     plan.kept.extend(kept)
     plan.notes.extend(unit.prepare_environment(full))
     request.environment = full
+    _drop_task_env(plan, cfg, full)
     request.exports = base.export_names(full, cfg.export_env)
     _launch(plan, cfg, env, unit, request, table)
     _children(plan, cfg, facts, unit, table, need_ssh, command)
@@ -177,6 +178,19 @@ def _slots(plan, cfg, facts):
         count, source = facts.slots, facts.slots_source
     plan.slots = {"count": count, "source": source}
     return count
+
+
+def _drop_task_env(plan, cfg, full):
+    """Remove the task's own variables (``base.TASK_ENV``) from the command's environment where
+    the entrypoints wired a scheduler's tasks: the launcher gives each rank its own."""
+    if cfg.node is None or not cfg.node.wired_because:
+        return
+    found = [name for name in base.TASK_ENV if name in full]
+    for name in found:
+        del full[name]
+    if found:
+        plan.notes.append("removed from the launcher's environment (this task's own, set per "
+                          "task by the scheduler or its container hooks): %s" % ", ".join(found))
 
 
 def _runs_ranks(cfg):

@@ -6,7 +6,8 @@ typed fields; it stays the one decision for every scheduler, and names none of t
 launcher (the units and ``launchers.ROLE_DEFAULTS`` do). What each role runs:
 
 - ``single``: the command, or the launcher on this node only (as before schedulers).
-- ``main``/``child`` with ``rendezvous`` (AWS Batch): the entrypoint wires the nodes (``main``).
+- ``main``/``child`` with ``rendezvous`` (AWS Batch, and a Slurm step of one task per node whose
+  launcher needs SSH: ``settings.wiring``): the entrypoint wires the nodes (``main``).
 - ``main``/``child`` without (a Slurm one-task-per-node step, a PyTorchJob or TrainJob pod): the
   scheduler wired the nodes; every node runs torchrun with the scheduler's master address and
   port, node rank and node count. An SSH launcher cannot run there: nothing serves SSH.

@@ -43,7 +43,9 @@ class BatchNodes(object):
                                             self.facts.address)
             ssh.authorize(self.paths, client_pub, self.environ)
             sshd = self.start_sshd()
-            log(ssh.install_user_config(self.paths))
+            if cfg.node is None or not cfg.node.wired_because:
+                # not where a scheduler's home is the user's own (Slurm's is shared, lasts)
+                log(ssh.install_user_config(self.paths))
         main_info = rendezvous.NodeInfo(cfg.node_index, self.facts.address, self.slot_count,
                                         host_pub)
         interval, timeout = self.hb()

@@ -3,7 +3,8 @@
 A ``NodeTable`` is what a scheduler tells one process about its job: which scheduler and from
 which variable, this node's role and rank, the node count, the main node's address, the hosts
 and slots when the scheduler names them, whether the entrypoint must wire the nodes itself
-(``rendezvous``: only AWS Batch, whose nodes learn nothing but the main node's address), the
+(``rendezvous``: AWS Batch, whose nodes learn nothing but the main node's address, and a Slurm
+step whose launcher needs SSH: ``wire_here``, ``wired_because``), the
 typed facts the plan reads (``master_port``, ``rank``, ``elastic``, ``slots_are``,
 ``nproc_word``, ``launcher_ssh``, ``other_ways``, ``problems``, ``runs_ranks``), the other
 schedulers' variables detection ``ignored`` (with why) and, for the dry run only, the same
@@ -59,7 +60,8 @@ class NodeTable(object):
     """One process's view of its job, as a scheduler describes it. Plain attributes."""
 
     FIELDS = ("scheduler", "detected_from", "role", "node_rank", "num_nodes", "main_rank",
-              "main_address", "hosts", "slots", "rendezvous", "extra", "ignored", "runs_ranks")
+              "main_address", "hosts", "slots", "rendezvous", "extra", "ignored", "runs_ranks",
+              "wired_because")
 
     def __init__(self, scheduler: str, detected_from: Optional[str], role: str,
                  node_rank: Optional[int] = 0, num_nodes: Optional[int] = 1,

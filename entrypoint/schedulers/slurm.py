@@ -23,7 +23,9 @@ from .base import MAX_NODES, STARTED, NodeTable, below, first, get, integer, opt
 
 NAME = "slurm"
 # Slurm's own ways to start ranks without SSH between the nodes, for a plan's problem line.
-OTHER_WAYS = "srun --mpi=pmix (every task is a rank) or mpirun from the batch script"
+OTHER_WAYS = ("srun --mpi=pmix (every task is a rank), srun --ntasks-per-node=1 --mpi=none "
+              "(the entrypoints wire the nodes for MNP_LAUNCHER=mpirun or deepspeed) or mpirun "
+              "from the batch script")
 SOURCE = ("https://slurm.schedmd.com/srun.html#SECTION_OUTPUT-ENVIRONMENT-VARIABLES; "
           "https://slurm.schedmd.com/sbatch.html#SECTION_OUTPUT-ENVIRONMENT-VARIABLES")
 JOB_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOBID")
@@ -165,7 +167,8 @@ def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:
     hosts = "node[1-%d]" % num_nodes if num_nodes > 1 else "node1"
     tasks = "1(x%d)" % num_nodes if num_nodes > 1 else "1"
     return {
-        "SLURM_JOB_ID": "1234", "SLURM_STEP_ID": "0", "SLURM_NODEID": str(node_rank),
+        "SLURM_JOB_ID": "1234", "SLURM_JOBID": "1234", "SLURM_STEP_ID": "0",
+        "SLURM_NODEID": str(node_rank),
         "SLURM_PROCID": str(node_rank), "SLURM_LOCALID": "0", "SLURM_NTASKS": str(num_nodes),
         "SLURM_JOB_NODELIST": hosts, "SLURM_JOB_NUM_NODES": str(num_nodes),
         "SLURM_STEP_NODELIST": hosts, "SLURM_STEP_NUM_NODES": str(num_nodes),

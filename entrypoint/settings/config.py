@@ -139,7 +139,8 @@ class Config(object):
 
     @property
     def rendezvous(self):
-        """True when the entrypoint wires the nodes itself (AWS Batch's main and children)."""
+        """True when the entrypoint wires the nodes itself (AWS Batch's main and children, and a
+        Slurm step's that ``wiring`` gave it)."""
         if self.node is None:
             return self.is_multi
         return bool(self.node.rendezvous)

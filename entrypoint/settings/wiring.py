@@ -9,11 +9,12 @@ the nodes itself, as on AWS Batch: node 0 serves the rendezvous, every other nod
 it (its address, slots and a fresh SSH host key), and node 0 runs the launcher over the job's
 own SSH (``run.batchnodes``). It does so only
 
-- when ``MNP_LAUNCHER`` names a launcher that needs SSH (its unit cannot
-  ``starts_without_ssh``): torchrun and ``none`` keep the scheduler's wiring, so nothing listens
-  on the rendezvous or SSH port unless the job asked for a launcher that needs them;
-- when this node runs one task of the step: several tasks per node would each start a
-  rendezvous and an sshd on the same ports (the plan names that problem instead);
+- when ``MNP_LAUNCHER`` names a launcher that needs SSH to start its ranks (``needs_ssh`` and
+  not ``starts_without_ssh``): torchrun and ``none`` keep the scheduler's wiring, so nothing
+  listens on the rendezvous or SSH port unless the job asked for a launcher that needs them;
+- when every node of the step runs one task: several tasks on a node would each start a
+  rendezvous and an sshd on the same ports (the plan names that problem instead), and every
+  node must decide alike, or some would wait for a rendezvous that never starts;
 - where the scheduler's table gives a ``wiring_id`` (only a Slurm step does), which binds the
   rendezvous messages to that step, as ``AWS_BATCH_JOB_ID`` does on Batch.
 
@@ -37,9 +38,9 @@ def decide(cfg: Any) -> None:
     if node is None or node.wiring_id is None or cfg.mode not in ("main", "child"):
         return
     unit = launchers.UNITS[cfg.launcher]
-    if not cfg.launcher_explicit or unit.starts_without_ssh:
+    if not cfg.launcher_explicit or not unit.needs_ssh or unit.starts_without_ssh:
         return
-    if _tasks_here(node) != 1:
+    if not _one_task_per_node(node):
         return
     node.wire_here("MNP_LAUNCHER=%s needs SSH between the nodes, which %s does not serve"
                    % (cfg.launcher, node.scheduler))
@@ -48,10 +49,8 @@ def decide(cfg: Any) -> None:
     cfg.main_address = node.main_address if cfg.mode == "child" else None
 
 
-def _tasks_here(node: Any) -> int:
-    """The scheduler's tasks on this node (1 where it does not count them)."""
-    if node.slots_are != "tasks" or not node.slots or node.node_rank is None:
-        return 1
-    if node.node_rank >= len(node.slots):
-        return 1
-    return node.slots[node.node_rank]
+def _one_task_per_node(node: Any) -> bool:
+    """Whether the scheduler started one task on every node (True where it does not count them)."""
+    if node.slots_are != "tasks" or not node.slots:
+        return True
+    return all(count == 1 for count in node.slots)

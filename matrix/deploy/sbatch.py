@@ -85,8 +85,16 @@ RANKS = ("srun", "mpirun")
 # Launchers that reach the other nodes over SSH from node 0: under a Slurm step the entrypoints
 # wire the nodes themselves (entrypoint/settings/wiring.py), which wants a secret per job.
 WIRED_BY_ENTRYPOINT = ("mpirun", "deepspeed")
-# 32 random bytes as hex, made on the batch host for the step's rendezvous (od and tr: coreutils)
-SECRET_LINE = 'export MNP_SECRET="$(od -An -N32 -tx1 /dev/urandom | tr -d \' \\n\')"'
+# 32 random bytes as hex, made on the batch host for the step's rendezvous (od and tr: coreutils).
+# A plain assignment, not `export NAME="$(...)"`, whose status is export's own (0) whatever the
+# substitution did: set -e then stops the script when od fails, and the length check when it gives
+# too little; an empty secret would leave the rendezvous open to any host.
+SECRET_LINES = (
+    'MNP_SECRET="$(od -An -N32 -tx1 /dev/urandom | tr -d \' \\n\')"',
+    '[ "${#MNP_SECRET}" -eq 64 ] || { echo "mnp: cannot make MNP_SECRET from /dev/urandom: the '
+    'job stops here" >&2; exit 1; }',
+    "export MNP_SECRET",
+)
 # Where the entrypoint layer installs the image's ENTRYPOINT (images/entrypoint/Dockerfile.j2).
 ENTRYPOINT = "/usr/local/bin/mnp-entrypoint"
 # The entrypoint's exit codes for a failure of the infrastructure, which a requeue on other nodes
@@ -131,8 +139,7 @@ def enroot_image(image_uri: str) -> str:
     ``/v2/<image>/manifests/<tag>``, so the tag ``sha256:<hex>`` asks the registry for exactly that
     manifest digest (NVIDIA/enroot src/docker.sh:243-253 and :120 at
     2e3ce06592f69119c30467221a35c39b2c339f2a); '@' is not part of that syntax there, and '/'
-    after the host would be read as part of the image. Later enroot also accepts '@sha256:';
-    the '#' form works in both.
+    after the host would be read as part of the image.
     """
     if not is_pinned(image_uri):
         raise UserError(f"--image-uri {image_uri!r} must name the image by digest (@sha256:...)")
@@ -229,7 +236,7 @@ def build_sbatch_script(
     exports = [f"export {name}={shlex.quote(environment[name])}" for name in names]
     if shape.wired:
         exports += ["# the step's nodes join node 0's rendezvous: only this job's tasks know this",
-                    SECRET_LINE]
+                    *SECRET_LINES]
         names = sorted(names + ["MNP_SECRET"])
     step = ["", "status=0", _srun(image, shape, mounts, names, command), ""]
     return "\n".join(head + exports + step + requeue_lines(max_attempts)) + "\n"

@@ -114,7 +114,7 @@ class _Job:
                     "parent) on this engine")):
                 return self._unlocked(layer, parent, steps)
         except engine.ENGINE_FAULTS as exc:
-            left = cutoff.after_fault(self.client, steps, self.state, self.engine_key)
+            left = cutoff.after_fault(self.client, steps, self.state, self.engine_key, exc)
             raise engine.fault(self.client, exc, f"building layer {layer.name} ({layer.ref})",
                                f"log: {log_path(self.state, layer)}{left}") from None
 

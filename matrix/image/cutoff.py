@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import docker
+import requests
 from docker.errors import APIError, NotFound
 
 from matrix.image import engine
@@ -40,6 +41,7 @@ from matrix.image import engine
 # A restarted dockerd answers within seconds; one that stays down costs the failing command no
 # more than this, and the record covers the rest.
 WAIT_S = 10.0
+SHORT_ID = re.compile(r"^[0-9a-f]{12}$")  # what the classic builder prints for an ID
 RUNNING = re.compile(r"^---> Running in ([0-9a-f]{12})$")
 REMOVED = re.compile(r"^Removing intermediate container ([0-9a-f]{12})$")  # not "Error removing"
 IMAGE = re.compile(r"^---> ([0-9a-f]{12})$")
@@ -79,11 +81,13 @@ class Steps:
         return self._open if self._open and self._open.image else None
 
 
-def after_fault(client: docker.DockerClient, steps: Steps, state: Path, engine_key: str) -> str:
+def after_fault(client: docker.DockerClient, steps: Steps, state: Path, engine_key: str,
+                fault: BaseException | None = None) -> str:
     """Remove the cut-off step's container once the engine answers again, or leave a record for
-    the next build; what became of it, as a clause for the fault's one line ("" when none)."""
+    the next build; what became of it, as a clause for the fault's one line ("" when none). A
+    read that timed out is not a cut-off: the engine may still be running that step."""
     cut = steps.cut_off()
-    if cut is None:
+    if cut is None or isinstance(fault, requests.exceptions.Timeout):
         return ""
     outcome = REFUSED
     if _answers_within(client, WAIT_S):
@@ -105,6 +109,8 @@ def sweep(client: docker.DockerClient, state: Path, engine_key: str,
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
         try:
             cut = CutOff(**json.loads(path.read_text(encoding="utf-8")))
+            if not (SHORT_ID.match(str(cut.container)) and SHORT_ID.match(str(cut.image))):
+                raise ValueError("not two 12-digit IDs")
         except (OSError, ValueError, TypeError) as exc:
             say(f"ignored an unreadable record of a cut-off build step, {path}: {exc}")
             with contextlib.suppress(OSError):

@@ -407,7 +407,7 @@ def test_slurm_step_and_script_variables():
 
 
 @pytest.mark.parametrize("change,message", [
-    ({"SLURM_JOB_ID": None}, "SLURM_JOB_ID: is not set: this is not a Slurm job"),
+    ({"SLURM_JOB_ID": None, "SLURM_JOBID": None}, "SLURM_JOB_ID: is not set: this is not a Slurm job"),
     ({"SLURM_STEP_NODELIST": None, "SLURM_JOB_NODELIST": None},
      "SLURM_JOB_NODELIST: is not set: Slurm names the job's nodes in it"),
     ({"SLURM_STEP_NODELIST": "node[1-"},

@@ -97,6 +97,60 @@ def test_an_ssh_launcher_on_a_one_task_per_node_slurm_step_is_wired_by_the_entry
         assert p.rendezvous.startswith("register with node1:29410")
 
 
+@pytest.mark.parametrize(("launcher", "runner"), [("mpirun", None), ("deepspeed", "openmpi")])
+def test_open_mpi_keeps_off_slurms_launcher_and_allocation_where_the_entrypoints_wired_it(
+        launcher, runner):
+    """Open MPI 4 picks plm/ras slurm whenever SLURM_JOBID is set (srun sets it in every task):
+    it would start its daemons with the srun a pyxis container lacks and reject the hostfile's
+    addresses. A Batch node (no SLURM_JOBID) gets neither setting."""
+    extra = {"MNP_LAUNCHER": launcher}
+    if runner:
+        extra["MNP_DEEPSPEED_LAUNCHER"] = runner
+    binaries = dict(BINARIES, deepspeed="/usr/local/bin/deepspeed")
+    _, p = make(example("slurm", 3, 0, **extra), binaries=binaries)
+    assert (p.environment.get("OMPI_MCA_plm"), p.environment.get("OMPI_MCA_ras")) == (
+        "rsh", "^slurm"), p.environment
+    _, batch = make(example("batch", 3, 0, **extra), binaries=binaries)
+    assert "OMPI_MCA_plm" not in batch.environment and "OMPI_MCA_ras" not in batch.environment
+
+
+def test_a_wired_slurm_tasks_own_pytorch_variables_reach_no_rank():
+    """pyxis' pytorch_setup and enroot's PyTorch hook set RANK etc. per task: node 0's must not
+    reach every rank (mpirun's local ranks inherit its environment, the rest get -x)."""
+    env = example("slurm", 3, 0, MNP_LAUNCHER="mpirun", RANK="0", LOCAL_RANK="0",
+                  WORLD_SIZE="3", MASTER_ADDR="node1", MASTER_PORT="29500")
+    _, p = make(env)
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        assert name not in p.environment and name not in p.argv, name
+    assert any(note.startswith("removed from the launcher's environment") for note in p.notes)
+    _, torchrun = make(example("slurm", 3, 0, RANK="0", MASTER_ADDR="node1"))  # not wired
+    assert "removed from the launcher's environment" not in " ".join(torchrun.notes)
+
+
+def test_deepspeed_skips_its_own_ssh_check_where_the_entrypoints_wired_a_slurm_step():
+    """The runner's `ssh <host> hostname` reads neither the job's port nor its keys, and a Slurm
+    user's shared home keeps its own ~/.ssh/config (the entrypoint writes none there)."""
+    binaries = dict(BINARIES, deepspeed="/usr/local/bin/deepspeed", pdsh="/usr/bin/pdsh")
+    _, p = make(example("slurm", 3, 0, MNP_LAUNCHER="deepspeed"), binaries=binaries,
+                versions={"pytorch": "2.1.0", "deepspeed": "0.14.4"})
+    assert "--no_ssh_check" in p.argv and "--launcher" in p.argv, p.argv
+
+
+def test_an_uneven_slurm_step_is_wired_by_no_node():
+    """Tasks 2,1,1: node 0 cannot be wired (two tasks), so no node may wait for its rendezvous;
+    every node's plan names the problem instead."""
+    for rank in range(3):
+        cfg, p = make(example("slurm", 3, rank, MNP_LAUNCHER="mpirun",
+                              SLURM_STEP_TASKS_PER_NODE="2,1(x2)"))
+        assert not cfg.rendezvous, rank
+        assert p.problems, rank
+
+
+def test_the_json_dry_run_says_why_the_entrypoint_wires_a_slurm_step():
+    cfg, _ = make(example("slurm", 3, 1, MNP_LAUNCHER="mpirun"))
+    assert cfg.node.to_dict()["wired_because"].startswith("MNP_LAUNCHER=mpirun needs SSH")
+
+
 @pytest.mark.parametrize("extra", [
     {"MNP_LAUNCHER": "torchrun"},  # needs no SSH: the scheduler's wiring stays
     {"MNP_LAUNCHER": "none"},

@@ -124,11 +124,22 @@ def test_the_step_secret_is_made_when_the_script_runs_and_differs_per_run(tmp_pa
     (sbatch would keep a submitted value in the job's record)."""
     script = build_sbatch_script("cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["true"],
                                  launcher="mpirun", ranks="mpirun")
-    (line,) = [line for line in script.splitlines() if "MNP_SECRET=" in line]
-    values = {subprocess.run(["bash", "-c", f"set -euo pipefail; {line}; echo $MNP_SECRET"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-              for _ in range(2)}
+    lines = "\n".join(line for line in script.splitlines()
+                      if "MNP_SECRET" in line and not line.startswith(" "))  # not srun's
+    shown = "set -euo pipefail\n" + lines + "\nbash -c 'echo $MNP_SECRET'"  # what srun's tasks get
+    values = {subprocess.run(["bash", "-c", shown], capture_output=True, text=True,
+                             check=True).stdout.strip() for _ in range(2)}
     assert len(values) == 2 and all(len(v) == 64 and int(v, 16) >= 0 for v in values)
+    # without /dev/urandom's bytes (od fails: set -e stops at the assignment) or with too few
+    # (the length check), the script stops with one line instead of opening the rendezvous
+    for broken, last in ((shown.replace("/dev/urandom", "/nonexistent"),
+                          "od: /nonexistent: No such file or directory"),
+                         (shown.replace("-N32", "-N8"), "mnp: cannot make MNP_SECRET from "
+                                                        "/dev/urandom: the job stops here")):
+        proc = subprocess.run(["bash", "-c", broken], capture_output=True, text=True,
+                              check=False)
+        assert proc.returncode == 1 and proc.stdout == "", proc
+        assert proc.stderr.splitlines() == [last], proc.stderr
 
 
 @pytest.mark.parametrize(("launcher", "ranks", "words"), [
