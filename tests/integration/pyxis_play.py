@@ -66,7 +66,9 @@ node), enroot's hooks (PMIx, PyTorch, NVIDIA), its ``environ.d`` files and its `
 enroot's rule, then looked up in the images the test registered in ``IMAGES``),
 ``PYXIS_CONTAINER_*`` variables (args.c:177-252 at 2eb8b711, read at pyxis_slurmstepd.c:271),
 ``--container-unshare`` (args.c:155-160 at 2eb8b711; nothing at 2ca2427d uses it), named and
-saved containers.
+saved containers, and each container's own tmpfs on ``/var/run`` (NVIDIA/enroot
+conf/mounts/10-system.fstab:5 at 102be94b): the nodes' ``/run`` is shared by the steps, so a
+cluster that runs a user's jobs opens it to that user instead (``slurm_cluster.py`` user_run).
 """
 
 from __future__ import annotations

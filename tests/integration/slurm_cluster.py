@@ -17,7 +17,10 @@ as pyxis runs them on a cluster. Measured recipe (Slurm 22.05 on Debian 12):
 - ``pyxis_images``: the pyxis play (``pyxis_play.py``) as ``srun`` on every node, with the images
   it may "import" (enroot URI -> the docker image's config), so ``srun --container-image=...``
   lines of generated scripts run as pyxis would run them;
-- ``requeue_wait_s``: how long a requeued job waits before it may start again.
+- ``requeue_wait_s``: how long a requeued job waits before it may start again;
+- ``user_run``: every node's ``/run`` open to the submitting user's tasks, standing in for the
+  tmpfs enroot mounts there in each container (for a cluster that runs that user's jobs only).
+  Every node has the user ``USER`` (``run(..., user=USER)`` submits as it).
 
 Containers are named ``mnp-slurm-<id>-<node>`` and carry the label ``mnp-test=1``; Slurm's node
 names (``slurmctl``, ``node1`` ...) are their host names and network aliases on a private bridge
@@ -84,12 +87,23 @@ while [ "$i" -lt "${FAKE_GPUS:-0}" ]; do
   [ -e /dev/nvidia$i ] || mknod /dev/nvidia$i c 195 $i
   i=$((i+1))
 done
+# a submitting user, the same on every node (enroot's 10-shadow hook gives its containers the
+# host's user), and the runtime folder pyxis keeps per node, open to that user's tasks
+id -u {user} >/dev/null 2>&1 || useradd -u {uid} -m -s /bin/sh {user}
+mkdir -p /run/pyxis-play && chmod 1777 /run/pyxis-play
+if [ "${PYXIS_USER_RUN:-0}" = 1 ]; then
+  # enroot mounts a tmpfs on /var/run (/run here) in each container, the user's own
+  # (NVIDIA/enroot conf/mounts/10-system.fstab:5 at 102be94b): the user's tasks may write there
+  chmod 1777 /run
+fi
 su -s /bin/sh munge -c /usr/sbin/munged
 if [ "$1" = ctl ]; then exec /usr/sbin/slurmctld -D -i; else exec /usr/sbin/slurmd -D; fi
 """
 
 
 PLAY = Path(__file__).with_name("pyxis_play.py")
+# The user that submits jobs as a cluster's users do (not root); same name and UID on every node.
+USER, UID = "mnpuser", 1000
 
 
 def image_config(client, image: str) -> dict:
@@ -110,9 +124,12 @@ class SlurmCluster:
     def __init__(self, client, image: str, workdir: Path, nodes: int = 3,
                  gpus_per_node: int = 0, pyxis_images: dict | None = None,
                  start_timeout: float = 60, requeue_wait_s: int | None = None,
-                 shm_size: str = "256m") -> None:
+                 shm_size: str = "256m", user_run: bool = False) -> None:
         self.client = client
         self.shm_size = shm_size  # each node's /dev/shm (a host's, which pyxis' containers share)
+        # /run open to the user's tasks, as enroot's per-container tmpfs is (one user's jobs only:
+        # a root job's leftovers there would not be the user's, where enroot starts each afresh)
+        self.user_run = user_run
         self.image = image
         self.nodes = [f"node{i + 1}" for i in range(nodes)]
         self.prefix = f"mnp-slurm-{uuid.uuid4().hex[:8]}"
@@ -130,7 +147,7 @@ class SlurmCluster:
             # waits before it may start again (default 120 s)
             conf = f"AuthInfo=cred_expire={requeue_wait_s}\n" + conf
         (self.etc / "slurm.conf").write_text(conf)
-        (self.etc / "start.sh").write_text(START)
+        (self.etc / "start.sh").write_text(START.replace("{user}", USER).replace("{uid}", str(UID)))
         self.pyxis = pyxis_images is not None
         if self.pyxis:
             (self.etc / "pyxis-play").mkdir()
@@ -150,7 +167,8 @@ class SlurmCluster:
             init=True, name=f"{self.prefix}-{name}", hostname=name,
             network=self.network.name, networking_config={self.network.name: endpoint},
             volumes=volumes, labels={"mnp-test": "1"}, shm_size=self.shm_size,
-            environment={"FAKE_GPUS": str(self.gpus if role == "node" else 0)})
+            environment={"FAKE_GPUS": str(self.gpus if role == "node" else 0),
+                         "PYXIS_USER_RUN": "1" if self.user_run else "0"})
         self.containers.append(container)
         return container
 
@@ -160,10 +178,13 @@ class SlurmCluster:
             self._start(node, "node")
         return self
 
-    def run(self, command: str, timeout: float = 120) -> tuple[int, str]:
-        """``sh -c command`` on the controller; ``(exit status, stdout+stderr)``."""
-        result = self.controller.exec_run(["timeout", f"{timeout:.0f}", "sh", "-c", command],
-                                          demux=False)
+    def run(self, command: str, timeout: float = 120, user: str = "root") -> tuple[int, str]:
+        """``sh -c command`` on the controller as ``user`` (a login shell's environment for
+        any other user); ``(exit status, stdout+stderr)``."""
+        argv = ["timeout", f"{timeout:.0f}", "sh", "-c", command]
+        if user != "root":
+            argv = ["timeout", f"{timeout:.0f}", "su", "-s", "/bin/sh", user, "-c", command]
+        result = self.controller.exec_run(argv, demux=False)
         return result.exit_code, result.output.decode("utf-8", "replace")
 
     def wait_ready(self, timeout: float = 90) -> float:

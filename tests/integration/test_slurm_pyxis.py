@@ -27,7 +27,7 @@ from matrix.deploy.sbatch import (
     enroot_image,
 )
 
-from .slurm_cluster import SlurmCluster, image_config, slurm_image
+from .slurm_cluster import USER, SlurmCluster, image_config, slurm_image
 from .test_deepspeed_cluster import RESULT_RE, TRAIN  # the same user's training script
 from .test_slurm_entrypoint import ALLREDUCE  # the same MPI job
 
@@ -43,6 +43,14 @@ dist.all_reduce(t)
 print("ddp rank=%d world=%d sum=%g" % (dist.get_rank(), dist.get_world_size(), t.item()),
       flush=True)
 dist.destroy_process_group()
+"""
+# Each MPI rank's world, user and host: what a user's job must see under mpirun from node 0.
+WHOAMI = """\
+import os, socket
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+print("rank=%d size=%d sum=%d uid=%d host=%s" % (c.Get_rank(), c.Get_size(),
+      c.allreduce(c.Get_rank() + 1), os.getuid(), socket.gethostname()), flush=True)
 """
 # enroot binds the host's /dev/shm into every container (NVIDIA/enroot conf/mounts/10-system.fstab
 # line 7 at 102be94b), and a host's /dev/shm is a tmpfs of half its memory unless sized otherwise
@@ -74,6 +82,28 @@ def play(docker_client, cluster_image, tmp_path_factory):
         (cluster.share / "allreduce.py").write_text(ALLREDUCE)
         (cluster.share / "ddp.py").write_text(DDP)
         cluster.uri, cluster.ref, cluster.config = uri, enroot_image(uri), config
+        yield cluster
+    finally:
+        cluster.cleanup()
+
+
+@pytest.fixture(scope="module")
+def user_play(docker_client, cluster_image, tmp_path_factory):
+    """The same cluster for a user who is not root, as on ParallelCluster: pyxis runs the tasks
+    as the submitting user (enroot keeps no superuser, ENROOT_ALLOW_SUPERUSER no in NVIDIA/enroot
+    conf/enroot.conf.in at 7886acaf), whose /run is the container's own tmpfs."""
+    config = image_config(docker_client, cluster_image)
+    uri = f"localhost:5000/mnp-stacks@{docker_client.images.get(cluster_image).id}"
+    cluster = SlurmCluster(docker_client, slurm_image(docker_client, cluster_image),
+                           tmp_path_factory.mktemp("slurm-pyxis-user"),
+                           pyxis_images={enroot_image(uri): config}, start_timeout=25,
+                           shm_size=HOST_SHM, user_run=True)
+    try:
+        cluster.start()
+        cluster.wait_ready()
+        cluster.share.chmod(0o777)  # the user's job writes its output there
+        (cluster.share / "whoami.py").write_text(WHOAMI)
+        cluster.uri = uri
         yield cluster
     finally:
         cluster.cleanup()
@@ -179,6 +209,22 @@ def test_a_generated_script_runs_mpirun_inside_the_allocation_through_pyxis(play
     (command,) = [line for line in log.splitlines() if "running: " in line]
     assert "mpirun" in command and "-np 6" in command and "--hostfile" in command, command
     assert len(re.findall(r"pyxis: starting container: pyxis_\d+\.0", log)) == 3, log
+
+
+def test_a_users_mpirun_script_runs_through_pyxis_without_root(user_play):
+    """Submitted by a user who is not root: every node's entrypoint runs as that user, its sshd
+    on 2222 admits only that user, and the ranks run as that user on all three nodes."""
+    script = build_sbatch_script("cpu-tcp", 3, "c5n.18xlarge", user_play.uri,
+                                 ["python3", "/share/whoami.py"], launcher="mpirun",
+                                 ranks="mpirun", fabric="tcp", env={"MNP_SLOTS_PER_NODE": "1"})
+    (user_play.share / "user.sbatch").write_text(script)
+    code, output = user_play.run("cd /share && sbatch --wait user.sbatch", timeout=300, user=USER)
+    job = re.search(r"Submitted batch job (\d+)", output)
+    log = (user_play.share / f"mnp-cpu-tcp-{job.group(1)}.out").read_text() if job else ""
+    assert code == 0, output + log + user_play.logs()
+    assert results(log, "rank=") == [f"rank={r} size=3 sum=6 uid=1000 host=node{r + 1}"
+                                     for r in range(3)], log
+    assert "--allow-run-as-root" not in log and "Accepted publickey for mnpuser" in log, log
 
 
 def test_a_generated_deepspeed_script_trains_on_three_nodes_through_pyxis(play):
