@@ -225,6 +225,8 @@ def test_a_users_mpirun_script_runs_through_pyxis_without_root(user_play):
     assert results(log, "rank=") == [f"rank={r} size=3 sum=6 uid=1000 host=node{r + 1}"
                                      for r in range(3)], log
     assert "--allow-run-as-root" not in log and "Accepted publickey for mnpuser" in log, log
+    # a cluster's home is the user's own and shared: the job writes no ~/.ssh/config there
+    assert ".ssh/config" not in log, log
 
 
 def test_a_generated_deepspeed_script_trains_on_three_nodes_through_pyxis(play):
