@@ -83,6 +83,11 @@ BREAKS = [
           [("entrypoint/settings/wiring.py", "    if not _one_task_per_node(node):\n        return\n",
             "    return\n")],
           [("tests/entrypoint/test_ep_sched_plan.py -k wired_by_the_entrypoint", {})]),
+    Break("ompi-off-slurm", "mpirun over the job's SSH inside a Slurm step is left to Open MPI's "
+          "Slurm launcher and allocation reader",
+          [("entrypoint/launchers/mpi.py", '            params += [("plm", "rsh"), ("ras", "^slurm")]\n',
+            "            pass\n")],
+          [("tests/entrypoint/test_ep_sched_plan.py -k keeps_off_slurms", {})]),
     Break("elastic-range", "torchrun gets MAX instead of MIN:MAX, so it cannot scale down",
           [("entrypoint/launchers/torchrun.py", '"--nnodes", elastic.nnodes,',
             '"--nnodes", elastic.nnodes.split(":")[-1],')],

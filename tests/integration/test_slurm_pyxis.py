@@ -11,6 +11,7 @@ with the pyxis or enroot source it follows.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -62,29 +63,40 @@ PLAIN = "localhost#plain:latest"
 DERIVED = "localhost:5000/team/derived@sha256:" + "d" * 64
 
 
-@pytest.fixture(scope="module")
-def play(docker_client, cluster_image, tmp_path_factory):
-    """A 3-node cluster with the pyxis play, knowing the stack image under the reference a
-    generated script gives it, and a plain image for the entrypoint path's control."""
+@contextlib.contextmanager
+def pyxis_cluster(docker_client, cluster_image, workdir, extra_images=None, **options):
+    """A 3-node cluster with the pyxis play that knows the stack image under the reference a
+    generated script gives it (``uri``/``ref``/``config`` on the cluster), plus ``extra_images``
+    (enroot reference -> config, from the stack's config)."""
     config = image_config(docker_client, cluster_image)
     digest = docker_client.images.get(cluster_image).id  # sha256:<hex>, like a registry digest
     uri = f"localhost:5000/mnp-stacks@{digest}"
-    # an image built FROM the stack that sets one of the job's settings in its ENV
-    derived = {**config, "Env": [*config["Env"], "MNP_LAUNCHER=none"]}
-    images = {enroot_image(uri): config, enroot_image(DERIVED): derived,
-              PLAIN: {"Env": config["Env"], "Entrypoint": ["/usr/bin/env"], "Cmd": None}}
-    cluster = SlurmCluster(docker_client, slurm_image(docker_client, cluster_image),
-                           tmp_path_factory.mktemp("slurm-pyxis"), pyxis_images=images,
-                           start_timeout=25, requeue_wait_s=10, shm_size=HOST_SHM)
+    images = {enroot_image(uri): config, **(extra_images(config) if extra_images else {})}
+    cluster = SlurmCluster(docker_client, slurm_image(docker_client, cluster_image), workdir,
+                           pyxis_images=images, start_timeout=25, shm_size=HOST_SHM, **options)
     try:
         cluster.start()
         cluster.wait_ready()
-        (cluster.share / "allreduce.py").write_text(ALLREDUCE)
-        (cluster.share / "ddp.py").write_text(DDP)
         cluster.uri, cluster.ref, cluster.config = uri, enroot_image(uri), config
         yield cluster
     finally:
         cluster.cleanup()
+
+
+def _controls(config):
+    """An image built FROM the stack whose ENV sets one of the job's settings, and a plain image
+    whose ENTRYPOINT runs its arguments (the entrypoint path's control)."""
+    return {enroot_image(DERIVED): {**config, "Env": [*config["Env"], "MNP_LAUNCHER=none"]},
+            PLAIN: {"Env": config["Env"], "Entrypoint": ["/usr/bin/env"], "Cmd": None}}
+
+
+@pytest.fixture(scope="module")
+def play(docker_client, cluster_image, tmp_path_factory):
+    with pyxis_cluster(docker_client, cluster_image, tmp_path_factory.mktemp("slurm-pyxis"),
+                       _controls, requeue_wait_s=10) as cluster:
+        (cluster.share / "allreduce.py").write_text(ALLREDUCE)
+        (cluster.share / "ddp.py").write_text(DDP)
+        yield cluster
 
 
 @pytest.fixture(scope="module")
@@ -92,21 +104,11 @@ def user_play(docker_client, cluster_image, tmp_path_factory):
     """The same cluster for a user who is not root, as on ParallelCluster: pyxis runs the tasks
     as the submitting user (enroot keeps no superuser, ENROOT_ALLOW_SUPERUSER no in NVIDIA/enroot
     conf/enroot.conf.in at 7886acaf), whose /run is the container's own tmpfs."""
-    config = image_config(docker_client, cluster_image)
-    uri = f"localhost:5000/mnp-stacks@{docker_client.images.get(cluster_image).id}"
-    cluster = SlurmCluster(docker_client, slurm_image(docker_client, cluster_image),
-                           tmp_path_factory.mktemp("slurm-pyxis-user"),
-                           pyxis_images={enroot_image(uri): config}, start_timeout=25,
-                           shm_size=HOST_SHM, user_run=True)
-    try:
-        cluster.start()
-        cluster.wait_ready()
+    with pyxis_cluster(docker_client, cluster_image,
+                       tmp_path_factory.mktemp("slurm-pyxis-user"), user_run=True) as cluster:
         cluster.share.chmod(0o777)  # the user's job writes its output there
         (cluster.share / "whoami.py").write_text(WHOAMI)
-        cluster.uri = uri
         yield cluster
-    finally:
-        cluster.cleanup()
 
 
 def test_the_images_entrypoint_is_the_one_the_generator_names(play):
@@ -165,10 +167,11 @@ def sbatch_cli(play, target: str, *args: str, command: list[str]) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-def submit(play, script: str, *options: str, timeout: float = 240) -> str:
-    """``sbatch --wait`` from /share (the script's --output is relative to it); the job's log."""
+def submit(play, script: str, *options: str, timeout: float = 240, user: str = "root") -> str:
+    """``sbatch --wait`` from /share as ``user`` (the script's --output is relative to it); the
+    job's log."""
     code, output = play.run(f"cd /share && sbatch --wait {' '.join(options)} {script}",
-                            timeout=timeout)
+                            timeout=timeout, user=user)
     job = re.search(r"Submitted batch job (\d+)", output)
     log = (play.share / f"mnp-cpu-tcp-{job.group(1)}.out").read_text() if job else ""
     assert code == 0, output + log + play.logs()
@@ -218,10 +221,7 @@ def test_a_users_mpirun_script_runs_through_pyxis_without_root(user_play):
                                  ["python3", "/share/whoami.py"], launcher="mpirun",
                                  ranks="mpirun", fabric="tcp", env={"MNP_SLOTS_PER_NODE": "1"})
     (user_play.share / "user.sbatch").write_text(script)
-    code, output = user_play.run("cd /share && sbatch --wait user.sbatch", timeout=300, user=USER)
-    job = re.search(r"Submitted batch job (\d+)", output)
-    log = (user_play.share / f"mnp-cpu-tcp-{job.group(1)}.out").read_text() if job else ""
-    assert code == 0, output + log + user_play.logs()
+    log = submit(user_play, "user.sbatch", timeout=300, user=USER)
     assert results(log, "rank=") == [f"rank={r} size=3 sum=6 uid=1000 host=node{r + 1}"
                                      for r in range(3)], log
     assert "--allow-run-as-root" not in log and "Accepted publickey for mnpuser" in log, log
