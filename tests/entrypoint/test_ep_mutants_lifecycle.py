@@ -121,7 +121,9 @@ def test_terminate_of_an_ended_process_returns_its_code(sup):
 
 
 def test_terminate_leaves_nothing_of_the_group(sup, tmp_path):
-    script = f"sleep 60 & echo $! > {tmp_path / 'bg'}; exec sleep 60"
+    # written then renamed: the shell creates a redirection's file before it writes the pid
+    partial, whole = tmp_path / "bg.tmp", tmp_path / "bg"
+    script = f"sleep 60 & echo $! > {partial}; mv {partial} {whole}; exec sleep 60"
     proc = sup.spawn("t", ["sh", "-c", script])
     deadline = time.monotonic() + 10
     while not (tmp_path / "bg").exists() and time.monotonic() < deadline:
