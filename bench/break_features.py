@@ -80,7 +80,7 @@ BREAKS = [
             '    words = ["srun"] + (["--mpi=pmix"] if shape.mpi else [])\n')],
           [("tests/integration/test_slurm_pyxis.py -k mpirun_inside_the_allocation", {})]),
     Break("slurm-self-wiring", "a Slurm step's SSH launcher is no longer wired by the entrypoints",
-          [("entrypoint/settings/wiring.py", "    if not _one_task_per_node(node):\n        return\n",
+          [("entrypoint/settings/wiring.py", "    if not node.one_task_per_node():\n        return\n",
             "    return\n")],
           [("tests/entrypoint/test_ep_sched_plan.py -k wired_by_the_entrypoint", {})]),
     Break("ompi-off-slurm", "mpirun over the job's SSH inside a Slurm step is left to Open MPI's "

@@ -122,8 +122,7 @@ def _cannot_work(cfg: Any, wanted: str) -> List[str]:
                         "use %s (the default here)%s" % (
                             wanted, where, launchers.EVERY_NODE,
                             ", or " + node.other_ways if node.other_ways else ""))
-    tasks = node.slots[node.node_rank] if (node.slots_are == "tasks" and node.slots and
-                                           node.node_rank is not None) else 1
+    tasks = node.tasks_here()
     if mode in ("main", "child") and tasks > 1 and wanted != launchers.AS_IS:
         problems.append("%d tasks of this Slurm step run on this node and each would start "
                         "its own %s: use srun --ntasks-per-node=1 (%s starts the node's "

@@ -34,7 +34,7 @@ class BatchNodes(object):
     # -- main node -------------------------------------------------------------------------
     def run_main(self):
         cfg = self.cfg
-        comment = "mnp-%s-node%d" % (rendezvous.job_base(cfg.job_id) or "job", cfg.node_index)
+        comment = self.key_comment()
         host_pub = client_pub = ""
         sshd = None
         if self.need_ssh:
@@ -216,8 +216,12 @@ class BatchNodes(object):
         cfg = self.cfg
         if not self.need_ssh:
             return ""
-        comment = "mnp-%s-node%d" % (rendezvous.job_base(cfg.job_id) or "job", cfg.node_index)
-        return ssh.prepare_server(self.paths, cfg.ssh_port, self.user, comment)
+        return ssh.prepare_server(self.paths, cfg.ssh_port, self.user, self.key_comment())
+
+    def key_comment(self):
+        """The comment on this node's SSH keys: the job and node they were made for."""
+        cfg = self.cfg
+        return "mnp-%s-node%d" % (rendezvous.job_base(cfg.job_id) or "job", cfg.node_index)
 
     def register(self, host_pub, why="error"):
         """Register with the main node and report ready: the started ``Client``, or the

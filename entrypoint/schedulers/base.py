@@ -131,6 +131,17 @@ class NodeTable(object):
         self.rendezvous = True
         self.wired_because = because
 
+    def tasks_here(self) -> int:
+        """Tasks of the scheduler's step on this node (1 where the scheduler does not count them)."""
+        if self.slots_are != "tasks" or not self.slots or self.node_rank is None:
+            return 1
+        return self.slots[self.node_rank]
+
+    def one_task_per_node(self) -> bool:
+        """Whether the scheduler started one task on every node (True where it does not count
+        them): where it did, every node can decide alike whether the entrypoint wires them."""
+        return self.slots_are != "tasks" or not self.slots or all(n == 1 for n in self.slots)
+
     def lines(self) -> List[str]:
         """The dry run's lines: scheduler and source, role, nodes, who wires them, extras."""
         source = ("detected from %s" % self.detected_from if self.detected_from

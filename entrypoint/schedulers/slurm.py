@@ -101,8 +101,8 @@ def _slots(env: Mapping[str, str], step: bool, hosts: List[str]) -> Optional[Lis
     return slots
 
 
-def _extra(env: Mapping[str, str], step_name: Optional[str]) -> Dict[str, str]:
-    extra = {"job id": get(env, first(env, *JOB_VARIABLES) or "SLURM_JOB_ID") or ""}
+def _extra(env: Mapping[str, str], job_name: str, step_name: Optional[str]) -> Dict[str, str]:
+    extra = {"job id": get(env, job_name) or ""}
     if step_name:
         extra["launch"] = "srun step %s" % get(env, step_name)
     else:
@@ -136,7 +136,7 @@ def table(env: Mapping[str, str]) -> NodeTable:
     step = step_name is not None
     hosts = _hosts(env, step)
     slots = _slots(env, step, hosts)
-    extra = _extra(env, step_name)
+    extra = _extra(env, detected, step_name)
     common = dict(num_nodes=len(hosts), main_address=hosts[0], hosts=hosts, slots=slots,
                   extra=extra, slots_are="tasks", other_ways=OTHER_WAYS)
     if not step:
@@ -150,15 +150,15 @@ def table(env: Mapping[str, str]) -> NodeTable:
     rank = integer(env, "SLURM_NODEID")
     _check_rank(env, rank, step, len(hosts))
     role = "single" if len(hosts) == 1 else ("main" if rank == 0 else "child")
-    return NodeTable(NAME, detected, role, node_rank=rank, wiring_id=_wiring_id(env, step_name),
+    return NodeTable(NAME, detected, role, node_rank=rank, wiring_id=_wiring_id(env, detected, step_name),
                      **common)
 
 
-def _wiring_id(env: Mapping[str, str], step_name: str) -> str:
+def _wiring_id(env: Mapping[str, str], job_name: str, step_name: str) -> str:
     """The step's own id (job, step and requeue count: a requeued job runs its steps again
     under the same numbers), for the entrypoint's rendezvous when it wires the step's nodes."""
-    return "slurm-%s.%s.%s" % (get(env, first(env, *JOB_VARIABLES) or JOB_VARIABLES[0]),
-                               get(env, step_name), get(env, "SLURM_RESTART_COUNT") or "0")
+    return "slurm-%s.%s.%s" % (get(env, job_name), get(env, step_name),
+                               get(env, "SLURM_RESTART_COUNT") or "0")
 
 
 def example(num_nodes: int, node_rank: int = 0) -> Dict[str, str]:

@@ -40,17 +40,10 @@ def decide(cfg: Any) -> None:
     unit = launchers.UNITS[cfg.launcher]
     if not cfg.launcher_explicit or not unit.needs_ssh or unit.starts_without_ssh:
         return
-    if not _one_task_per_node(node):
+    if not node.one_task_per_node():
         return
     node.wire_here("MNP_LAUNCHER=%s needs SSH between the nodes, which %s does not serve"
                    % (cfg.launcher, node.scheduler))
     cfg.job_id = cfg.job_id or node.wiring_id
     cfg.main_index = 0
     cfg.main_address = node.main_address if cfg.mode == "child" else None
-
-
-def _one_task_per_node(node: Any) -> bool:
-    """Whether the scheduler started one task on every node (True where it does not count them)."""
-    if node.slots_are != "tasks" or not node.slots:
-        return True
-    return all(count == 1 for count in node.slots)
