@@ -4,8 +4,11 @@ branch into gamma and delta."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import re
+import socket
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -21,9 +24,43 @@ project_fixture = pytest.fixture(name="project")(project_files)
 
 SLOW = "RUN sleep 4\n"
 # The build itself records when its RUN step started and ended (epoch seconds, in the layer); the
-# token makes the step new to the engine's cache, so the times are this build's.
-STAMPED = ("RUN echo {token} && date +%s.%N > /build-start && sleep 4 "
+# token makes the step new to the engine's cache, so the times are this build's. Between the two
+# the step waits at a barrier on the host's loopback (builds run with the host's network) that
+# lets both branches on only once both have reached it: builds one after the other cannot pass
+# it (the first gives up after BARRIER_WAIT seconds and fails its build), and side by side ones
+# pass it however late one of them starts on a loaded engine.
+BARRIER_WAIT = 120
+STAMPED = ("RUN echo {token} && date +%s.%N > /build-start "
+           "&& bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port} && read -r -t {wait} go <&3' "
            "&& date +%s.%N > /build-end\n")
+
+
+@contextlib.contextmanager
+def barrier(parties: int):
+    """A loopback TCP port that answers every one of ``parties`` connections once all arrived."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(BARRIER_WAIT)
+
+    def gather() -> None:
+        waiting = []
+        try:
+            while len(waiting) < parties:
+                waiting.append(server.accept()[0])
+            for conn in waiting:
+                conn.sendall(b"go\n")
+        except OSError:
+            pass  # timed out or closed: the waiting builds fail their step
+        finally:
+            for conn in waiting:
+                conn.close()
+
+    thread = threading.Thread(target=gather, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
+        thread.join(5)
 
 
 def build_window(docker_client, ref: str) -> tuple[float, float]:
@@ -55,10 +92,12 @@ def test_default_jobs_fit_the_machine():
 
 def test_two_branches_build_side_by_side_with_true_tags(docker_client, project):
     token = uuid.uuid4().hex
-    for name in ("gamma", "delta"):
-        template = project["images"] / name / "Dockerfile.j2"
-        template.write_text(template.read_text() + STAMPED.format(token=token))
-    result, statuses = run_build(docker_client, project, ["one", "two"], jobs=2)
+    with barrier(2) as port:
+        for name in ("gamma", "delta"):
+            template = project["images"] / name / "Dockerfile.j2"
+            template.write_text(template.read_text() + STAMPED.format(token=token, port=port,
+                                                                       wait=BARRIER_WAIT))
+        result, statuses = run_build(docker_client, project, ["one", "two"], jobs=2)
     assert [s for _, s in statuses] == ["built"] * 6
     log = project["log"]
     # Both branches' RUN steps ran at the same time: each started before the other ended.

@@ -44,7 +44,7 @@ def test_the_system_sshd_allows_keys_in_a_world_writable_secret_volume(host):
 
 def test_the_operators_default_command_makes_host_keys_and_serves(host):
     start = (f"/usr/sbin/sshd -De -p {PORT} 2>/tmp/sshd.log & "
-             f"for i in $(seq 100); do ssh-keyscan -t ed25519 -p {PORT} 127.0.0.1 2>/dev/null"
+             f"for i in $(seq 600); do ssh-keyscan -t ed25519 -p {PORT} 127.0.0.1 2>/dev/null"
              " | grep -q ed25519 && break; sleep 0.1; done; "
              f"ssh-keyscan -t ed25519 -p {PORT} 127.0.0.1 2>/dev/null; "
              "ls /etc/ssh/ssh_host_*_key; kill \"$(cat /run/sshd.pid)\"; cat /tmp/sshd.log")

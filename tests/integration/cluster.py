@@ -56,11 +56,12 @@ class Cluster:
             volumes[str(REPO / "entrypoint")] = {"bind": "/opt/mnp/lib/entrypoint", "mode": "ro"}
         for host_path, container_path in (mounts or {}).items():
             volumes[str(host_path)] = {"bind": container_path, "mode": "ro"}
-        container = self.client.containers.run(
-            self.image, command, detach=True, name=f"{self.prefix}-{name or index}",
+        container = self.client.containers.create(
+            self.image, command, name=f"{self.prefix}-{name or index}",
             environment=environment, network=self.network.name, volumes=volumes,
             labels={"mnp-test": "1"}, shm_size="256m")
-        self.containers.append(container)
+        self.containers.append(container)  # before start: cleanup removes it if start fails
+        container.start()
         self.ip(container)
         return container
 

@@ -70,8 +70,8 @@ class Pods:
             hostname=name, environment=env, network=self.network.name,
             networking_config={self.network.name: endpoint}, volumes=binds,
             labels={"mnp-test": "1"}, shm_size="256m")
+        self.containers[name] = container  # before start: cleanup removes it if start fails
         container.start()
-        self.containers[name] = container
         return container
 
     def logs(self, name: str | None = None) -> str:

@@ -162,14 +162,15 @@ class SlurmCluster:
         if self.pyxis:  # before Slurm's /usr/bin/srun on PATH, and the per-task wrapper
             volumes += [f"{PLAY}:/usr/local/bin/srun:ro", f"{PLAY}:/usr/local/bin/pyxis-task:ro"]
         endpoint = self.client.api.create_endpoint_config(aliases=[name])
-        container = self.client.containers.run(
-            self.image, [role], entrypoint=["/bin/sh", "/etc/slurm/start.sh"], detach=True,
-            init=True, name=f"{self.prefix}-{name}", hostname=name,
+        container = self.client.containers.create(
+            self.image, [role], entrypoint=["/bin/sh", "/etc/slurm/start.sh"], init=True,
+            name=f"{self.prefix}-{name}", hostname=name,
             network=self.network.name, networking_config={self.network.name: endpoint},
             volumes=volumes, labels={"mnp-test": "1"}, shm_size=self.shm_size,
             environment={"FAKE_GPUS": str(self.gpus if role == "node" else 0),
                          "PYXIS_USER_RUN": "1" if self.user_run else "0"})
-        self.containers.append(container)
+        self.containers.append(container)  # before start: cleanup removes it if start fails
+        container.start()
         return container
 
     def start(self) -> SlurmCluster:

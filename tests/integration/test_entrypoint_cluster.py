@@ -16,8 +16,9 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 SECRET = "integration-test-secret"
 FAST = {"MNP_SECRET": SECRET, "MNP_HEARTBEAT_TIMEOUT": "6", "MNP_WAIT_TIMEOUT": "120"}
-# seconds from SIGTERM to the main node's exit when the signal is forwarded (measured: a few)
-FORWARDED_STOP_LIMIT = 15
+# seconds from SIGTERM to the main node's exit when the signal is forwarded (measured: a few;
+# the slack is for a loaded engine, still far below MNP_STOP_TIMEOUT's escalation)
+FORWARDED_STOP_LIMIT = 25
 
 MPI_ALLREDUCE = """
 from mpi4py import MPI
@@ -129,7 +130,8 @@ def test_torchrun_allreduce_across_three_nodes(cluster):
 
 
 def test_a_child_that_never_comes(cluster):
-    settings = dict(FAST, MNP_WAIT_TIMEOUT=6)
+    # long enough that node 1, started just after node 0, registers on a loaded engine
+    settings = dict(FAST, MNP_WAIT_TIMEOUT=20)
     main = cluster.node(0, 3, py(MPI_ALLREDUCE), **settings)
     child1 = cluster.node(1, 3, py(MPI_ALLREDUCE), main_ip=cluster.ip(main), **settings)
     start = time.time()
@@ -137,7 +139,7 @@ def test_a_child_that_never_comes(cluster):
     log = cluster.logs(main)
     assert code == 200, log  # infrastructure: the retry rules replace the host
     assert "node(s) 2 never registered" in log
-    assert time.time() - start < 40
+    assert time.time() - start < 60
     assert cluster.wait_exit(child1, 30) == 0
     assert "job ended" in cluster.logs(child1)
 
@@ -206,9 +208,9 @@ def test_children_exit_when_the_main_node_vanishes(cluster):
     cluster.wait_log(main, "STARTED rank=2", 120)
     main.kill()  # SIGKILL: no goodbye
     start = time.time()
-    for child in children.values():
-        assert cluster.wait_exit(child, 30) != 0
-    assert time.time() - start < 30
+    for child in children.values():  # heartbeat timeout (15 s) plus a loaded engine's stop
+        assert cluster.wait_exit(child, 45) != 0
+    assert time.time() - start < 45
     assert "lost the main node" in cluster.logs(children[1])
 
 

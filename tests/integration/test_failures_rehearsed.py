@@ -63,10 +63,10 @@ def never_joins(attempt, index):
 def test_a_node_that_never_joins_is_retried_once_and_attempt_2_succeeds(docker_client,
                                                                        cluster_image, tmp_path):
     code, lines = run(docker_client, cluster_image, tmp_path, SHOW_ATTEMPT,
-                      {"MNP_WAIT_TIMEOUT": "8"}, attempts=2, node_options=never_joins)
+                      {"MNP_WAIT_TIMEOUT": "20"}, attempts=2, node_options=never_joins)
     first, second = lines.attempts()
     assert first.startswith(f"attempt 1/2: exit {errors.INFRASTRUCTURE_EXIT} (infrastructure on "
-                            "node 2): node(s) 2 never registered within 8s"), first
+                            "node 2): node(s) 2 never registered within 20s"), first
     assert second.startswith("attempt 2/2: exit 0 (success on node 0)"), second
     assert code == 0
     ranks = [line for line in lines if line.endswith("attempt 2")]

@@ -53,7 +53,9 @@ import os, signal, socket, sys, time
 host = socket.gethostname()
 signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
 own_group = os.getpgid(0) != os.getpgid(os.getppid())
-open("/share/started-%s" % host, "w").write("own-group" if own_group else "parent-group")
+# written whole, then renamed: the test reads each marker as soon as it appears
+open("/share/.started-%s" % host, "w").write("own-group" if own_group else "parent-group")
+os.replace("/share/.started-%s" % host, "/share/started-%s" % host)
 info = signal.sigtimedwait([signal.SIGTERM], 600)
 if info is not None:
     sender = "parent" if info.si_pid == os.getppid() else "pid %d" % info.si_pid
