@@ -5,9 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 from rich.console import Console
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# CI runs two pytest processes side by side on a loaded 2-core machine: a slow example there is
+# the machine, not a finding. Loaded here, before any test module builds its @settings, so
+# each inherits what it does not set itself (one that sets suppress_health_check lists
+# too_slow too).
+settings.register_profile("mnp", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("mnp")
 
 
 @pytest.fixture(scope="session")

@@ -191,7 +191,8 @@ def test_mutated_stacks_files(text, tmp_path):
     check(text.encode(), tmp_path)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(text=st.text(max_size=200))
 def test_arbitrary_text(text, tmp_path):
     check(text.encode("utf-8", "surrogatepass"), tmp_path)

@@ -27,14 +27,14 @@ NUM = 3  # main node 0, children 1 and 2
 
 def make_server(secret=SECRET, **kwargs):
     kwargs.setdefault("hb_interval", 0.2)
-    kwargs.setdefault("hb_timeout", 3.0)
+    kwargs.setdefault("hb_timeout", 10.0)  # a stalled test process must not read as "lost"
     return rendezvous.Server(secret, "job-9", NUM, 0, {"client_key": KEY}, 0, host="127.0.0.1",
                              **kwargs).start()
 
 
 def make_client(port, index, secret=SECRET, **kwargs):
     kwargs.setdefault("hb_interval", 0.2)
-    kwargs.setdefault("hb_timeout", 3.0)
+    kwargs.setdefault("hb_timeout", 10.0)  # a stalled test process must not read as "lost"
     fields = {"job": f"job-9#{index}", "index": index, "addr": f"10.9.0.{index + 1}",
               "slots": 1, "host_key": KEY}
     return rendezvous.Client(secret, "127.0.0.1", port, fields, **kwargs)
@@ -275,7 +275,8 @@ def test_fuzzed_frames_then_children_register(server_factory, secret):
     server = server_factory(secret=secret)
     rng = random.Random(1207)
     sent = 0
-    end = time.monotonic() + 8.0  # bounded in time as well as in count
+    # bounded by count; the time cap only stops a hang (a loaded machine just takes longer)
+    end = time.monotonic() + 60.0
     while sent < 600 and time.monotonic() < end:
         try:
             sock, reader, hello = connect(server.port)
@@ -288,7 +289,7 @@ def test_fuzzed_frames_then_children_register(server_factory, secret):
                 except OSError:
                     break
                 sent += 1
-    assert sent >= 200, f"the fuzz loop hardly ran ({sent} frames)"
+    assert sent >= 600, f"the fuzz loop did not finish ({sent} frames)"
     assert server.rejected
     assert_children_still_register(server, secret)
 
@@ -392,9 +393,10 @@ def test_throttle_counts_what_it_suppressed():
 def test_wall_clock_jump_does_not_fail_a_healthy_job(server_factory, monkeypatch):
     """Heartbeat timeouts run on the monotonic clock: NTP stepping the wall clock by an hour
     must not declare a healthy child lost."""
-    server = server_factory(hb_timeout=2.0)
-    client = make_client(server.port, 1, hb_timeout=2.0)
-    other = make_client(server.port, 2, hb_timeout=2.0)
+    # 10 s: a stalled test process is not a lost child, and the hour's jump still exceeds it
+    server = server_factory(hb_timeout=10.0)
+    client = make_client(server.port, 1, hb_timeout=10.0)
+    other = make_client(server.port, 2, hb_timeout=10.0)
     try:
         for c in (client, other):
             c.register(time.time() + 5, quiet=True)

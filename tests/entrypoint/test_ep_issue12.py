@@ -338,7 +338,7 @@ def test_child_stops_promptly_when_the_main_node_accepts_and_stays_silent(local_
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=20)
         assert proc.returncode == 143, out
-        assert time.monotonic() - start < 3, "the old child waited ~13 s for the hello"
+        assert time.monotonic() - start < 8, "the old child waited ~13 s for the hello"
         conn.close()
     finally:
         silent.close()

@@ -39,12 +39,15 @@ def test_orphans_are_reaped():
     sup.reap()
 
 
-def test_terminate_escalates_to_sigkill():
+def test_terminate_escalates_to_sigkill(tmp_path):
     sup = lifecycle.Supervisor()
+    # "ready" once SIGTERM is ignored: a SIGTERM before that would end it without escalation
     code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "time.sleep(60)")
-    proc = sup.spawn("stubborn", [sys.executable, "-c", code])
-    time.sleep(0.5)
+            "open('ready', 'w').close(); time.sleep(60)")
+    proc = sup.spawn("stubborn", [sys.executable, "-c", code], cwd=str(tmp_path))
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     start = time.time()
     assert sup.terminate(proc, 0.5) == 137
     assert time.time() - start < 5
@@ -55,9 +58,9 @@ def test_signal_is_forwarded():
     sup = lifecycle.Supervisor()
     sup.install_signal_handlers()
     try:
-        proc = sup.spawn("t", [sys.executable, "-c", "import time; time.sleep(60)"],
-                         forward_signals=True)
-        time.sleep(0.3)
+        # sleep(1) dies by the signal's default action whenever it lands; Popen returns only
+        # once the exec is done, so the signal cannot reach the child before that
+        proc = sup.spawn("t", ["sleep", "60"], forward_signals=True)
         os.kill(os.getpid(), signal.SIGTERM)
         sup.wait_any([proc], 10)
         assert proc.code == 143

@@ -218,7 +218,7 @@ def job(local_node, tmp_path):
         env = dict(AWS_BATCH_JOB_NODE_INDEX=str(index), AWS_BATCH_JOB_MAIN_NODE_INDEX="0",
                    AWS_BATCH_JOB_NUM_NODES=str(num), AWS_BATCH_JOB_ID="job-7",
                    MNP_LAUNCHER="torchrun", MNP_SECRET="s3", MNP_RENDEZVOUS_PORT=str(port),
-                   MNP_MASTER_PORT=str(master_port), MNP_HEARTBEAT_TIMEOUT="4",
+                   MNP_MASTER_PORT=str(master_port), MNP_HEARTBEAT_TIMEOUT="10",
                    MNP_STATE_DIR=str(tmp_path / f"state{index}"), FAKE_OUT=str(outdir),
                    PATH=f"{bindir}:{os.environ['PATH']}")
         if index != 0:
@@ -270,19 +270,20 @@ def test_local_job_fails_when_a_child_fails(job):
 
 
 def test_local_job_names_a_missing_child(job):
-    main = job(0, MNP_WAIT_TIMEOUT="2")
-    child = job(1, MNP_WAIT_TIMEOUT="2")
+    # 10 s: node 1 must register before the main node gives up, however slowly both start
+    main = job(0, MNP_WAIT_TIMEOUT="10")
+    child = job(1, MNP_WAIT_TIMEOUT="10")
     code, out = finish(main)
     assert code == 200  # infrastructure: a retry on other hosts can fix it
     assert "node(s) 2 never registered" in out
     assert re.search(r"exit 200 \(infrastructure on node 2\): node\(s\) 2 never registered "
-                     r"within 2s .*retryable on other hosts$", out.splitlines()[-1])
+                     r"within 10s .*retryable on other hosts$", out.splitlines()[-1])
     code, out = finish(child)
     assert "job ended" in out
 
 
 def test_local_job_rejects_the_wrong_secret(job):
-    main = job(0, num=2, MNP_WAIT_TIMEOUT="3")
+    main = job(0, num=2, MNP_WAIT_TIMEOUT="10")  # the intruder must be heard before it ends
     intruder = job(1, num=2, MNP_SECRET="wrong")
     code, out = finish(intruder)
     assert code == 2 and "MNP_SECRET" in out  # configuration: another secret is never retried
