@@ -107,7 +107,7 @@ def test_wait_any_returns_nothing_after_its_timeout(sup):
     proc = sup.spawn("t", SLEEP)
     started = time.monotonic()
     assert sup.wait_any([proc], 0.3) == []
-    assert 0.25 <= time.monotonic() - started < 3
+    assert 0.25 <= time.monotonic() - started < 6  # the upper bound: a loaded machine
 
 
 def test_terminate_sends_the_signal_it_is_given(sup):
