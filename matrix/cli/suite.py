@@ -2,11 +2,12 @@
 
 The suite waits more than it computes (image builds that download, containers that start,
 timeouts that must expire), so on a 2-core machine two pytest processes side by side finish well
-before one would. ``SHARDS`` splits it by file: the CUDA stack's build and layer tests and the
-10,000-file fuzz run in one process, everything else in the other. Each shard's output goes to
-``.mnp/check/<shard>.log`` and is printed whole when it ends, so the two never interleave; the
-last line is the sum of both in pytest's words, which is what CI reads. With ``--pytest ARGS``
-the suite runs as one pytest process with exactly those arguments.
+before one would. ``HEAVY`` splits it by file: the CUDA stack's build and layer tests, the
+10,000-file fuzz, the pyxis play and the elastic torchrun cluster run in one process, everything
+else in the other (measured: about 18 and 33 minutes before the last two moved over). Each
+shard's output goes to ``.mnp/check/<shard>.log`` and is printed whole when it ends, so the two
+never interleave; the last line is the sum of both in pytest's words, which is what CI reads.
+With ``--pytest ARGS`` the suite runs as one pytest process with exactly those arguments.
 
 Before pytest, the GitHub workflows go through zizmor (offline audits: unpinned actions,
 persisted credentials, template injection, ...) and the GitHub-workflow schema that
@@ -29,7 +30,8 @@ from matrix.model.settings import ROOT
 
 LOG_DIR = ROOT / ".mnp" / "check"
 # Test files that run in the "heavy" shard; the other shard runs every other test.
-HEAVY = ("tests/test_cuda_tcp.py", "tests/test_malformed.py")
+HEAVY = ("tests/test_cuda_tcp.py", "tests/test_malformed.py", "tests/integration/test_slurm_pyxis.py",
+         "tests/integration/test_elastic_cluster.py")
 COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
 # The skip ledger's summary line (tests/skip_ledger.py).
 SKIPS = re.compile(r"^skips: (\d+) \((\d+) declared in \S+, (\d+) undeclared\)$", re.MULTILINE)
