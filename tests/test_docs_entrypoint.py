@@ -120,13 +120,31 @@ def test_the_rdma_check_fails_on_an_old_list():
 SETTINGS_HEADER = "| setting | default | meaning |"
 
 
-def test_the_settings_table_is_the_configs_settings_with_their_defaults():
-    rows = table(SETTINGS_HEADER)
+README = DOC.parent.parent / "README.md"
+
+
+@pytest.mark.parametrize("path", [DOC, README], ids=["docs/entrypoint.md", "README.md"])
+def test_the_settings_table_is_the_configs_settings_with_their_defaults(path):
+    """Both tables of the settings (the doc's and the README's) name every setting of
+    ``config.TABLE`` once, with the default the code uses."""
+    rows = table(SETTINGS_HEADER, path.read_text(encoding="utf-8"))
     names = [ticked(row[0])[0] for row in rows]
     assert len(names) == len(set(names)), names
-    assert set(names) == set(config.SETTINGS)
+    assert set(names) == set(config.SETTINGS), set(names) ^ set(config.SETTINGS)
     for row, name in zip(rows, names):
-        assert row[1].replace("`", "") == config.SETTINGS[name][0], (name, row[1])
+        assert row[1].replace("`", "") == config.SETTINGS[name][0], (path.name, name, row[1])
+
+
+def test_each_settings_default_is_what_load_gives_an_empty_environment():
+    """The default the tables show is the value a node without the variable gets: the table's
+    default is the only place it is written (``Config()`` and ``load`` both read it)."""
+    loaded = config.load({})
+    for setting in config.TABLE:
+        if setting.field:
+            assert getattr(loaded, setting.field) == config._fresh(setting.default), setting.name
+            assert getattr(config.Config(), setting.field) == config._fresh(setting.default)
+            if setting.default not in (None, (), False):
+                assert setting.shown == config._shown(setting.default), setting.name
 
 
 def test_every_setting_the_config_accepts_loads_and_is_in_the_table():

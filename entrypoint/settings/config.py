@@ -16,7 +16,8 @@ Other schedulers (Slurm, Kubeflow PyTorchJob/TrainJob/MPIJob, a launcher that al
 process a rank) are detected by ``schedulers``; ``MNP_SCHEDULER`` names one and skips detection.
 ``cfg.node`` is the scheduler's ``NodeTable`` and ``cfg.mode`` its role.
 
-Settings (all optional): see ``SETTINGS`` below and ``docs/entrypoint.md``.
+Settings (all optional): ``TABLE`` below, one ``Setting`` each (name, field, default, reader,
+doc line); ``Config()``, ``load`` and the docs tables (docs/entrypoint.md, README.md) read it.
 
 An invalid value raises ``ConfigError``; ``__main__`` turns it into one line naming the variable
 and exit code 2, without a traceback.
@@ -38,34 +39,111 @@ FABRICS = ("auto", "efa", "tcp")
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off", "")
 
-# name -> (default shown in docs, one-line description). The docs table is checked against this.
-SETTINGS = {
-    "MNP_SCHEDULER": ("auto", "auto | batch | slurm | pytorchjob | trainjob | mpijob | rank | "
-                              "single: who started this node (auto: detected from its variables)"),
-    "MNP_LAUNCHER": ("mpirun", "mpirun | deepspeed | torchrun | torch.distributed.launch | none "
-                               "(run the command as is)"),
-    "MNP_WAIT_TIMEOUT": ("600", "seconds the main node waits for every node to register"),
-    "MNP_SLOTS_PER_NODE": ("detected", "processes per node; overrides GPU/HPU detection"),
-    "MNP_NP": ("sum of slots", "total number of processes for mpirun/deepspeed (-np)"),
-    "MNP_FABRIC": ("auto", "auto | efa | tcp"),
-    "MNP_NETWORK_INTERFACE": ("route lookup", "interface whose IPv4 address this node uses"),
-    "MNP_SECRET": ("unset", "shared secret that authenticates rendezvous messages (HMAC)"),
-    "MNP_SECRET_FILE": ("unset", "file holding the secret (alternative to MNP_SECRET)"),
-    "MNP_RENDEZVOUS_PORT": ("29410", "TCP port of the main node's rendezvous server"),
-    "MNP_SSH_PORT": ("2222", "TCP port of the per-job sshd on every node"),
-    "MNP_MASTER_PORT": ("29500", "torchrun/deepspeed --master_port"),
-    "MNP_DRY_RUN": ("0", "1: print the plan (role, devices, fabric, hostfile, command, env); "
-                         "json: the same plan as JSON"),
-    "MNP_EXPORT_ENV": ("empty", "comma list of extra variables (or PREFIX*) exported to all ranks"),
-    "MNP_LAUNCHER_ARGS": ("empty", "extra arguments for the launcher, shell-quoted"),
-    "MNP_DEEPSPEED_LAUNCHER": ("pdsh if installed, else openmpi", "deepspeed --launcher value"),
-    "MNP_INSTANCE_TYPE": ("unset", "EC2 instance type hint (e.g. p4d.24xlarge) for EFA settings"),
-    "MNP_HEARTBEAT_TIMEOUT": ("15", "seconds of silence after which a peer is declared lost"),
-    "MNP_STOP_TIMEOUT": ("20", "seconds between forwarding SIGTERM and SIGKILL to the launcher"),
-    "MNP_STATE_DIR": ("/run/mnp", "where per-job keys, hostfiles and sshd files are written"),
-    "MNP_HEALTH": ("basic", "off | basic | full: the start-up health gate (docs/entrypoint.md "
-                            "\"Start-up health gate\")"),
-}
+
+
+class Setting(object):
+    """One ``MNP_*`` setting: its name, the ``Config`` field it fills (None: read with another
+    setting, like ``MNP_SECRET_FILE`` with ``MNP_SECRET``, or by the scheduler detection), its
+    default (the one place it is written), how the docs show the default when it is not a plain
+    value, how to read it, and one line for the docs. The docs tables (docs/entrypoint.md,
+    README.md) are checked against this table (tests/test_docs_entrypoint.py)."""
+
+    __slots__ = ("name", "field", "default", "shown", "read", "doc")
+
+    def __init__(self, name, field, default, read, doc, shown=None):
+        self.name = name
+        self.field = field
+        self.default = default
+        self.read = read  # read(env, name, default) -> value; raises ConfigError
+        self.doc = doc
+        self.shown = shown if shown is not None else _shown(default)
+
+    def load(self, env):
+        return self.read(env, self.name, self.default)
+
+
+def _shown(default):
+    """A plain default as the docs write it: 600.0 -> ``600``."""
+    if isinstance(default, float) and default == int(default):
+        return str(int(default))
+    return str(default)
+
+
+def _int_in(minimum=None, maximum=None):
+    return lambda env, name, default: _int(env, name, default, minimum, maximum)
+
+
+def _seconds_in(minimum=0.0, maximum=None):
+    return lambda env, name, default: _seconds(env, name, default, minimum,
+                                               MAX_SECONDS if maximum is None else maximum)
+
+
+def _choice_of(choices):
+    return lambda env, name, default: _choice(env, name, choices() if callable(choices)
+                                              else choices, default)
+
+
+def _port():
+    return _int_in(1, 65535)
+
+
+def _not_here(env, name, default):
+    """Read elsewhere (the scheduler detection, or with another setting)."""
+    return default
+
+
+def _table():
+    return (
+        Setting("MNP_SCHEDULER", None, "auto", _not_here,
+                "auto | batch | slurm | pytorchjob | trainjob | mpijob | rank | single: who "
+                "started this node (auto: detected from its variables)"),
+        Setting("MNP_LAUNCHER", "launcher", launchers.BATCH_DEFAULT, _choice_of(launchers.names),
+                "mpirun | deepspeed | torchrun | torch.distributed.launch | none (run the "
+                "command as is)"),
+        Setting("MNP_WAIT_TIMEOUT", "wait_timeout", 600.0, _seconds_in(minimum=1.0),
+                "seconds the main node waits for every node to register"),
+        Setting("MNP_SLOTS_PER_NODE", "slots_override", None, _int_in(1, MAX_SLOTS),
+                "processes per node; overrides GPU/HPU detection", shown="detected"),
+        Setting("MNP_NP", "np_override", None, _int_in(1, MAX_NP),
+                "total number of processes for mpirun/deepspeed (-np)", shown="sum of slots"),
+        Setting("MNP_FABRIC", "fabric", "auto", _choice_of(FABRICS), "auto | efa | tcp"),
+        Setting("MNP_NETWORK_INTERFACE", "interface", None, _interface,
+                "interface whose IPv4 address this node uses", shown="route lookup"),
+        Setting("MNP_SECRET", "secret", None, _secret,
+                "shared secret that authenticates rendezvous messages (HMAC)", shown="unset"),
+        Setting("MNP_SECRET_FILE", None, None, _not_here,
+                "file holding the secret (alternative to MNP_SECRET)", shown="unset"),
+        Setting("MNP_RENDEZVOUS_PORT", "rendezvous_port", 29410, _port(),
+                "TCP port of the main node's rendezvous server"),
+        Setting("MNP_SSH_PORT", "ssh_port", 2222, _port(),
+                "TCP port of the per-job sshd on every node"),
+        Setting("MNP_MASTER_PORT", "master_port", 29500, _port(),
+                "torchrun/deepspeed --master_port"),
+        Setting("MNP_DRY_RUN", "dry_run", False, _dry_run,
+                "1: print the plan (role, devices, fabric, hostfile, command, env); json: the "
+                "same plan as JSON", shown="0"),
+        Setting("MNP_EXPORT_ENV", "export_env", (), _names,
+                "comma list of extra variables (or PREFIX*) exported to all ranks",
+                shown="empty"),
+        Setting("MNP_LAUNCHER_ARGS", "launcher_args", (), _launcher_args,
+                "extra arguments for the launcher, shell-quoted", shown="empty"),
+        Setting("MNP_DEEPSPEED_LAUNCHER", "deepspeed_launcher", None,
+                _choice_of(("pdsh", "openmpi")), "deepspeed --launcher value",
+                shown="pdsh if installed, else openmpi"),
+        Setting("MNP_INSTANCE_TYPE", "instance_type", None, _instance_type,
+                "EC2 instance type hint (e.g. p4d.24xlarge) for EFA settings", shown="unset"),
+        Setting("MNP_HEARTBEAT_TIMEOUT", "heartbeat_timeout", 15.0,
+                _seconds_in(MIN_HEARTBEAT_TIMEOUT, 3600.0),
+                "seconds of silence after which a peer is declared lost"),
+        Setting("MNP_STOP_TIMEOUT", "stop_timeout", 20.0, _seconds_in(maximum=3600.0),
+                "seconds between forwarding SIGTERM and SIGKILL to the launcher"),
+        Setting("MNP_STATE_DIR", "state_dir", "/run/mnp", _state_dir,
+                "where per-job keys, hostfiles and sshd files are written"),
+        Setting("MNP_HEALTH", "health", "basic", _choice_of(("off", "basic", "full")),
+                "off | basic | full: the start-up health gate (docs/entrypoint.md \"Start-up "
+                "health gate\")"),
+    )
+
 
 # Names the entrypoint sets for the command (docs/entrypoint.md): not settings, but a value found
 # in the environment (an image or a nested run that inherited them) is replaced, not an error.
@@ -106,26 +184,10 @@ class Config(object):
         self.num_nodes = 1
         self.main_address = None  # children only
         self.job_id = ""
-        self.launcher = launchers.BATCH_DEFAULT
         self.launcher_explicit = False
-        self.wait_timeout = 600.0
-        self.slots_override = None
-        self.np_override = None
-        self.fabric = "auto"
-        self.interface = None
-        self.secret = None  # bytes or None
-        self.rendezvous_port = 29410
-        self.ssh_port = 2222
-        self.master_port = 29500
-        self.dry_run = False
-        self.export_env = []
-        self.launcher_args = []
-        self.deepspeed_launcher = None
-        self.instance_type = None
-        self.heartbeat_timeout = 15.0
-        self.stop_timeout = 20.0
-        self.state_dir = "/run/mnp"
-        self.health = "basic"
+        for setting in TABLE:  # every setting's default, from the one table
+            if setting.field:
+                setattr(self, setting.field, _fresh(setting.default))
         self.attempt = 1
         self.attempt_source = "first attempt (no scheduler retry counter set)"
         for key, value in kwargs.items():
@@ -177,12 +239,12 @@ def _unknown_names(env):
                       "in docs/entrypoint.md" % (did_you_mean(name, SETTINGS), more))
 
 
-def _instance_type(env):
+def _instance_type(env, name="MNP_INSTANCE_TYPE", default=None):
     """A type of the instance table, or one of a family it (or ``RDMA_FAMILIES``) knows: the plan
     notes which family's rows it goes by (docs/entrypoint.md, Fabric); any other is an error."""
-    itype = _get(env, "MNP_INSTANCE_TYPE")
+    itype = _get(env, name)
     if not itype:
-        return None
+        return default
     problem = fabric.unknown_type(itype)
     if problem:
         raise ConfigError("MNP_INSTANCE_TYPE", "%s; leave it unset to read the type from the "
@@ -251,7 +313,8 @@ def _bool(env, name):
     raise ConfigError(name, "%r is not a boolean (use 1 or 0)" % raw)
 
 
-def _secret(env):
+def _secret(env, name="MNP_SECRET", default=None):
+    """MNP_SECRET or the content of MNP_SECRET_FILE (one of the two), as bytes."""
     inline = env.get("MNP_SECRET")
     path = _get(env, "MNP_SECRET_FILE")
     if inline is not None and path:
@@ -268,7 +331,7 @@ def _secret(env):
         return data
     if path:
         return _secret_file(path)
-    return None
+    return default
 
 
 def _secret_file(path):
@@ -298,10 +361,10 @@ def _secret_file(path):
     return data
 
 
-def _names(env, name):
+def _names(env, name, default=()):
     raw = _get(env, name)
     if not raw:
-        return []
+        return list(default)
     items = [item.strip() for item in raw.split(",") if item.strip()]
     for item in items:
         if not _NAME_RE.match(item):
@@ -332,54 +395,66 @@ def load(env=None):
     _role(env, cfg)
     cfg.job_id = _get(env, "AWS_BATCH_JOB_ID") or ""
     cfg.launcher_explicit = bool(_get(env, "MNP_LAUNCHER"))
-    cfg.launcher = _choice(env, "MNP_LAUNCHER", launchers.names(), launchers.BATCH_DEFAULT)
-    cfg.wait_timeout = _seconds(env, "MNP_WAIT_TIMEOUT", 600.0, minimum=1.0)
-    cfg.slots_override = _int(env, "MNP_SLOTS_PER_NODE", None, minimum=1, maximum=MAX_SLOTS)
-    cfg.np_override = _int(env, "MNP_NP", None, minimum=1, maximum=MAX_NP)
-    cfg.fabric = _choice(env, "MNP_FABRIC", FABRICS, "auto")
-    iface = _get(env, "MNP_NETWORK_INTERFACE")
-    if iface:
-        if not re.match(r"^[A-Za-z0-9_.:@-]{1,15}$", iface):
-            raise ConfigError("MNP_NETWORK_INTERFACE", "%r is not an interface name" % iface)
-        cfg.interface = iface
-    cfg.secret = _secret(env)
-    cfg.rendezvous_port = _int(env, "MNP_RENDEZVOUS_PORT", 29410, minimum=1, maximum=65535)
-    cfg.ssh_port = _int(env, "MNP_SSH_PORT", 2222, minimum=1, maximum=65535)
-    cfg.master_port = _int(env, "MNP_MASTER_PORT", 29500, minimum=1, maximum=65535)
+    for setting in TABLE:
+        if setting.field:
+            setattr(cfg, setting.field, setting.load(env))
+    _distinct_ports(cfg)
+    cfg.attempt, cfg.attempt_source = _attempt(env)
+    wiring.decide(cfg)  # needs the role, the launcher and the job id above
+    return cfg
+
+
+def _distinct_ports(cfg):
     ports = {"MNP_RENDEZVOUS_PORT": cfg.rendezvous_port, "MNP_SSH_PORT": cfg.ssh_port,
              "MNP_MASTER_PORT": cfg.master_port}
     if len(set(ports.values())) != len(ports):
         raise ConfigError("MNP_RENDEZVOUS_PORT",
                           "MNP_RENDEZVOUS_PORT, MNP_SSH_PORT and MNP_MASTER_PORT must differ (%s)"
                           % ", ".join("%s=%d" % kv for kv in sorted(ports.items())))
-    raw_dry = (_get(env, "MNP_DRY_RUN") or "").lower()
-    cfg.dry_run = "json" if raw_dry == "json" else ("text" if _bool(env, "MNP_DRY_RUN") else False)
-    cfg.export_env = _names(env, "MNP_EXPORT_ENV")
-    raw_args = _get(env, "MNP_LAUNCHER_ARGS")
-    if raw_args:
-        try:
-            cfg.launcher_args = shlex.split(raw_args)
-        except ValueError as exc:
-            raise ConfigError("MNP_LAUNCHER_ARGS", "cannot be split like a shell: %s" % exc) \
-                from None
-    cfg.deepspeed_launcher = _choice(env, "MNP_DEEPSPEED_LAUNCHER", ("pdsh", "openmpi"), None)
-    cfg.instance_type = _instance_type(env)
-    cfg.heartbeat_timeout = _seconds(env, "MNP_HEARTBEAT_TIMEOUT", 15.0,
-                                     minimum=MIN_HEARTBEAT_TIMEOUT, maximum=3600.0)
-    cfg.stop_timeout = _seconds(env, "MNP_STOP_TIMEOUT", 20.0, maximum=3600.0)
-    state = _get(env, "MNP_STATE_DIR")
-    if state:
-        if not os.path.isabs(state):
-            raise ConfigError("MNP_STATE_DIR", "%s is not an absolute path" % ascii(state))
-        if not STATE_DIR_RE.match(state) or len(state) > 200:
-            raise ConfigError("MNP_STATE_DIR", "%s: use letters, digits and _ . / + - only (it "
-                              "goes into ssh_config and OMPI_MCA_plm_rsh_args unquoted), at "
-                              "most 200 characters" % ascii(state))
-        cfg.state_dir = state
-    cfg.health = _choice(env, "MNP_HEALTH", ("off", "basic", "full"), "basic")
-    cfg.attempt, cfg.attempt_source = _attempt(env)
-    wiring.decide(cfg)  # needs the role, the launcher and the job id above
-    return cfg
+
+
+def _interface(env, name, default):
+    iface = _get(env, name)
+    if not iface:
+        return default
+    if not re.match(r"^[A-Za-z0-9_.:@-]{1,15}$", iface):
+        raise ConfigError(name, "%r is not an interface name" % iface)
+    return iface
+
+
+def _dry_run(env, name, default):
+    """``"json"``, ``"text"`` or False."""
+    if (_get(env, name) or "").lower() == "json":
+        return "json"
+    return "text" if _bool(env, name) else default
+
+
+def _launcher_args(env, name, default):
+    raw = _get(env, name)
+    if not raw:
+        return list(default)
+    try:
+        return shlex.split(raw)
+    except ValueError as exc:
+        raise ConfigError(name, "cannot be split like a shell: %s" % exc) from None
+
+
+def _state_dir(env, name, default):
+    state = _get(env, name)
+    if not state:
+        return default
+    if not os.path.isabs(state):
+        raise ConfigError(name, "%s is not an absolute path" % ascii(state))
+    if not STATE_DIR_RE.match(state) or len(state) > 200:
+        raise ConfigError(name, "%s: use letters, digits and _ . / + - only (it goes into "
+                          "ssh_config and OMPI_MCA_plm_rsh_args unquoted), at most 200 "
+                          "characters" % ascii(state))
+    return state
+
+
+def _fresh(default):
+    """A list for an empty-tuple default, so two ``Config`` never share one list."""
+    return list(default) if isinstance(default, tuple) else default
 
 
 def _attempt(env):
@@ -390,3 +465,8 @@ def _attempt(env):
             value = _int(env, name, None, minimum=1 - add, maximum=10000) + add
             return value, "%s=%s" % (name, raw)
     return 1, "first attempt (no scheduler retry counter set)"
+
+
+# Every setting, once: Config's defaults, load() and the docs tables all read it.
+TABLE = _table()
+SETTINGS = dict((setting.name, (setting.shown, setting.doc)) for setting in TABLE)
