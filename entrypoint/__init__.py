@@ -14,9 +14,10 @@ the order a start goes through them (imports go only down this list):
 5. ``settings``: the ``MNP_*`` settings and the scheduler's table, read once (``config``).
 6. ``plan``: ``make_plan(settings, facts)``, the one decision for every scheduler; the dry run
    prints it, the run executes it.
-7. ``rendezvous``: Batch's nodes meet the main node (bounded, authenticated registration).
-8. ``run``: the flow (``main``), Batch's main and children, the MPIJob worker, SSH, and the
-   supervised launcher whose exit status becomes the job's.
+7. ``rendezvous``: nodes the entrypoint wires itself (Batch's, and a Slurm step's whose launcher
+   needs SSH) meet the main node (bounded, authenticated registration).
+8. ``run``: the flow (``main``), the wired main node and children, the MPIJob worker, SSH, the
+   start-up gate and the supervised launcher whose exit status becomes the job's.
 
 It uses the Python standard library only and runs on Python 3.6 and newer. The user-facing
 documentation is ``docs/entrypoint.md``.

@@ -594,10 +594,9 @@ def test_a_tab_imports_no_docker_aws_or_jsonschema(args):
 
 
 def test_architecture_names_every_module_on_one_page():
-    """docs/architecture.md is the map: every entrypoint/ and matrix/ module is named, in one
-    page (about 60 lines)."""
+    """docs/architecture.md is the map: every entrypoint/ and matrix/ module is named (no line
+    cap: issue 36, cohesion over counts)."""
     text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
-    assert len(text.splitlines()) <= 64
     for path in sorted((ROOT / "entrypoint").rglob("*.py")):
         if not path.name.startswith("__"):
             assert f"`{path.stem}`" in text or f"`{path.stem}.py`" in text, path.name

@@ -27,12 +27,11 @@ import re
 MCA_FLAGS = ("--mca", "-mca")
 NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
 
-# DeepSpeed's OpenMPIRunner.get_cmd, deepspeed/launcher/multinode_runner.py: the same two
-# parameters, unconditionally, in 0.6.x through 0.14.5 (read in the 0.12.6, 0.14.4 and 0.14.5
-# sdists); launcher_args follow them on the command line.
+# DeepSpeed's OpenMPIRunner.get_cmd,
+# https://github.com/deepspeedai/DeepSpeed/blob/v0.14.4/deepspeed/launcher/multinode_runner.py:
+# the same two parameters, unconditionally, in 0.6.x through 0.14.5 (read in the 0.12.6, 0.14.4
+# and 0.14.5 sdists); launcher_args follow them on the command line.
 RUNNER_FIXED = (("btl", "^openib"), ("btl_tcp_if_include", "eth0"))
-RUNNER_SOURCE = ("https://github.com/deepspeedai/DeepSpeed/blob/v0.14.4/deepspeed/launcher/"
-                 "multinode_runner.py (OpenMPIRunner.get_cmd; same in v0.12.6 and v0.14.5)")
 
 
 class McaError(Exception):

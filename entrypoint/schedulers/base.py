@@ -32,9 +32,50 @@ STARTED = 1  # only the scheduler that started this process sets it (reserved na
 EXPORTED = 2  # names job scripts and tools export too (sbatch recipes, enroot's PyTorch hook)
 
 
-class Elastic(object):
+class Record(object):
+    """A plain record whose ``FIELDS`` are its whole state: equality, ``repr`` and the JSON form
+    (``to_dict``/``from_dict``) all read them, so no field can be left out of one of them."""
+
+    FIELDS = ()  # type: tuple
+    NESTED = {}  # type: Dict[str, Any]  # field -> the Record class its dict is
+
+    def to_dict(self) -> Dict[str, Any]:
+        out = {}
+        for name in self.FIELDS:
+            value = getattr(self, name)
+            out[name] = value.to_dict() if isinstance(value, Record) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Any:
+        """The record ``to_dict`` gave (after a JSON round trip too); unknown keys are errors."""
+        unknown = set(data) - set(cls.FIELDS)
+        if unknown:
+            raise ValueError("%s has no field %s" % (cls.__name__, ", ".join(sorted(unknown))))
+        record = cls.__new__(cls)
+        for name in cls.FIELDS:
+            value = data.get(name)
+            nested = cls.NESTED.get(name)
+            setattr(record, name, nested.from_dict(value) if nested and value is not None
+                    else value)
+        return record
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self.to_dict() == other.to_dict()  # type: ignore
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __repr__(self) -> str:
+        return "%s(%s)" % (type(self).__name__, ", ".join(
+            "%s=%r" % kv for kv in sorted(self.to_dict().items())))
+
+
+class Elastic(Record):
     """The elastic rendezvous torchrun joins (``PET_RDZV_*``): backend, ``host[:port]``
     endpoint, ``MIN:MAX`` nodes, and the optional id, restart budget and backend options."""
+
+    FIELDS = ("backend", "endpoint", "nnodes", "rdzv_id", "max_restarts", "conf")
 
     def __init__(self, backend: str, endpoint: str, nnodes: str, rdzv_id: Optional[str] = None,
                  max_restarts: Optional[int] = None, conf: Optional[str] = None) -> None:
@@ -46,9 +87,11 @@ class Elastic(object):
         self.conf = conf
 
 
-class LauncherSsh(object):
+class LauncherSsh(Record):
     """SSH options a scheduler's launcher must use to reach its hosts (an MPIJob launcher's
     ``OMPI_MCA_plm_rsh_args``), with why and where that is documented."""
+
+    FIELDS = ("options", "reason", "source")
 
     def __init__(self, options: str, reason: str, source: str) -> None:
         self.options = options
@@ -56,12 +99,15 @@ class LauncherSsh(object):
         self.source = source
 
 
-class NodeTable(object):
-    """One process's view of its job, as a scheduler describes it. Plain attributes."""
+class NodeTable(Record):
+    """One process's view of its job, as a scheduler describes it. Plain attributes; every one
+    is in ``FIELDS`` (equality, ``repr``, the dry run's JSON and ``from_dict`` read them)."""
 
     FIELDS = ("scheduler", "detected_from", "role", "node_rank", "num_nodes", "main_rank",
-              "main_address", "hosts", "slots", "rendezvous", "extra", "ignored", "runs_ranks",
-              "wired_because")
+              "main_address", "hosts", "slots", "rendezvous", "extra", "master_port", "rank",
+              "elastic", "slots_are", "nproc_word", "problems", "launcher_ssh", "other_ways",
+              "runs_ranks", "wiring_id", "wired_because", "ignored")
+    NESTED = {"elastic": Elastic, "launcher_ssh": LauncherSsh}
 
     def __init__(self, scheduler: str, detected_from: Optional[str], role: str,
                  node_rank: Optional[int] = 0, num_nodes: Optional[int] = 1,
@@ -112,18 +158,6 @@ class NodeTable(object):
         self.wired_because = None  # type: Optional[str]
         # other schedulers' variables that were present but not used, each with why (``choose``)
         self.ignored = []  # type: List[str]
-
-    def to_dict(self) -> Dict[str, Any]:
-        return dict((name, getattr(self, name)) for name in self.FIELDS)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, NodeTable) and self.to_dict() == other.to_dict()
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    def __repr__(self) -> str:
-        return "NodeTable(%s)" % ", ".join("%s=%r" % kv for kv in sorted(self.to_dict().items()))
 
     def wire_here(self, because: str) -> None:
         """The entrypoint wires these nodes itself (rendezvous with the main node, per-job SSH),

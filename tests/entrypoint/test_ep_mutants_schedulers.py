@@ -101,7 +101,7 @@ def test_node_tables_compare_by_value():
     assert operator.eq(one, same) and not operator.ne(one, same)
     assert operator.ne(one, other) and not operator.eq(one, other)
     assert operator.ne(one, "NodeTable") and not operator.eq(one, object())
-    assert repr(one).startswith("NodeTable(detected_from='A', extra={}, hosts=None, ")
+    assert repr(one).startswith("NodeTable(detected_from='A', elastic=None, extra={}, hosts=None, ")
 
 
 def test_role_line_says_node_and_count_only_where_known():
