@@ -1,13 +1,16 @@
 """Scheduler adapters, one module each on a shared ``base``: who started this process, and the
 node table that scheduler gives it. ``choose(env)`` picks one; ``plan`` uses its ``NodeTable``.
 
-Each module has ``NAME``, ``SOURCE`` (where its variables are documented), ``detect(env)`` (the
-variable it recognised itself from, or None), ``trust(env)`` (how surely that variable names who
-started this process, with why: ``base.LAUNCHED``, ``STARTED`` or ``EXPORTED``), ``SIGNALS`` (its
-variables, to name the ones left unused), ``table(env)`` (its ``NodeTable``; a bad value is one
-``ConfigError`` line naming the variable) and ``example(num_nodes, node_rank)`` (what that
-scheduler gives such a process, for ``invoke explain --scheduler``). ``MNP_SCHEDULER`` names one
-and skips detection.
+Every module of this package that defines ``NAME`` is an adapter and provides what
+``base.ADAPTER_CONTRACT`` declares: ``NAME``, ``SOURCE`` (where its variables are documented),
+``SIGNALS`` (its variables, to name the ones left unused), ``PRECEDENCE`` (its place in the
+detection order), ``detect(env)`` (the variable it recognised itself from, or None),
+``trust(env)`` (how surely that variable names who started this process, with why:
+``base.LAUNCHED``, ``STARTED`` or ``EXPORTED``), ``table(env)`` (its ``NodeTable``; a bad value is
+one ``ConfigError`` line naming the variable) and ``example(num_nodes, node_rank)`` (what that
+scheduler gives such a process, for ``invoke explain --scheduler``). The package finds its
+adapters by that mark and checks each against the contract on import, so adding a scheduler is
+adding one module. ``MNP_SCHEDULER`` names one and skips detection.
 
 When several adapters recognise themselves, the surest wins: the scheduler that started the
 process over names a job script could have exported (a Slurm step whose sbatch script exported
@@ -26,13 +29,32 @@ The table's ``ignored`` names every other adapter's variables and why they were 
 """
 
 import difflib
+import importlib
+import pkgutil
 from typing import Any, List, Mapping, Optional, Tuple
 
 from ..core.errors import ConfigError
-from . import batch, mpijob, pytorchjob, rank, single, slurm, trainjob
-from .base import NodeTable, get
+from . import single
+from .base import NodeTable, contract_problems, get
 
-# Detection order between equally sure adapters (``trust``), most specific first. ``rank`` leads:
+
+def _adapters() -> Tuple[Any, ...]:
+    """Every adapter module of this package, by ``PRECEDENCE``; one that breaks the contract
+    stops the import with what it lacks (a programming error, not a user's)."""
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(__name__ + "." + info.name)
+        if hasattr(module, "NAME"):
+            problems = contract_problems(module)
+            if problems:
+                raise TypeError("scheduler adapter breaks base.ADAPTER_CONTRACT: %s"
+                                % "; ".join(problems))
+            found.append(module)
+    return tuple(sorted(found, key=lambda module: (module.PRECEDENCE, module.NAME)))
+
+
+# Detection order between equally sure adapters (``trust``), most specific first (each module's
+# ``PRECEDENCE``). ``rank`` leads:
 # a launcher's per-process variables exist only inside a launched job, and every scheduler's
 # variables are inherited by the ranks it starts (an ``srun --mpi=pmix`` task also has SLURM_*, a
 # torchrun worker in a PyTorchJob also has PET_*). ``batch`` next: the AWS_BATCH_ prefix is
@@ -41,13 +63,13 @@ from .base import NodeTable, get
 # TrainJob never sets RANK/MASTER_ADDR/WORLD_SIZE or PET_RDZV_ENDPOINT). ``slurm`` outranks the
 # Kubeflow kinds by trust, not by place: a pod has no SLURM_*, while a Slurm task may carry a
 # script's MASTER_ADDR/RANK. ``single`` is the fallback and detects nothing.
-ORDER = (rank, batch, mpijob, pytorchjob, trainjob, slurm, single)
+ORDER = _adapters()
 NAMES = tuple(m.NAME for m in ORDER)
 MODULES = dict((m.NAME, m) for m in ORDER)
 SOURCES = dict((m.NAME, m.SOURCE) for m in ORDER)
 VARIABLE = "MNP_SCHEDULER"
 # Where a single node means "no AWS Batch MNP variables" (the dry run says so).
-SINGLE_NODE_WITHOUT_MNP = (single.NAME, batch.NAME)
+SINGLE_NODE_WITHOUT_MNP = (single.NAME, "batch")
 AUTO = "auto"
 
 __all__ = ["NAMES", "NodeTable", "ORDER", "SOURCES", "choose", "detect", "forced"]

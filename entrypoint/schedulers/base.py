@@ -32,6 +32,44 @@ STARTED = 1  # only the scheduler that started this process sets it (reserved na
 EXPORTED = 2  # names job scripts and tools export too (sbatch recipes, enroot's PyTorch hook)
 
 
+# The contract of a scheduler adapter. A module of this package that defines ``NAME`` is an
+# adapter and provides every name below: a module implementing a protocol (PEP 544, "Modules as
+# implementations of protocols"; Python 3.6's ``typing`` has no ``Protocol``, so
+# ``contract_problems`` checks it when the package is imported, and a new adapter is one new
+# module: ``schedulers`` finds it there). Values: a type, or the positional arities a function
+# must accept.
+ADAPTER_CONTRACT = (
+    ("NAME", str, "the name MNP_SCHEDULER and the dry run use"),
+    ("SOURCE", str, "where the scheduler documents the variables it sets"),
+    ("SIGNALS", tuple, "its variables, so those present but unused are named"),
+    ("PRECEDENCE", int, "detection order between equally sure adapters, lower first"),
+    ("detect", (1,), "detect(env): the variable it recognised itself from, or None"),
+    ("trust", (1,), "trust(env): (LAUNCHED | STARTED | EXPORTED, why)"),
+    ("table", (1,), "table(env): its NodeTable; a bad value raises ConfigError naming it"),
+    ("example", (1, 2), "example(num_nodes, node_rank=0): what it sets for such a process"),
+)
+
+
+def contract_problems(module: Any) -> List[str]:
+    """What ``module`` lacks of ``ADAPTER_CONTRACT``, one line each (empty: it conforms)."""
+    import inspect
+    problems = []
+    for name, kind, meaning in ADAPTER_CONTRACT:
+        value = getattr(module, name, None)
+        if isinstance(kind, type):
+            if not isinstance(value, kind):
+                problems.append("%s: %s must be a %s (%s)" % (module.__name__, name,
+                                                              kind.__name__, meaning))
+            continue
+        try:
+            signature = inspect.signature(value)
+            for arity in kind:
+                signature.bind(*range(arity))
+        except (TypeError, ValueError):
+            problems.append("%s: %s must be a function %s" % (module.__name__, name, meaning))
+    return problems
+
+
 class Record(object):
     """A plain record whose ``FIELDS`` are its whole state: equality, ``repr`` and the JSON form
     (``to_dict``/``from_dict``) all read them, so no field can be left out of one of them."""

@@ -14,6 +14,7 @@ from ..core.errors import ConfigError
 from .base import MAX_NODES, STARTED, NodeTable, below, first, get, integer
 
 NAME = "batch"
+PRECEDENCE = 20  # between equally sure adapters (schedulers/__init__.py says why)
 SOURCE = ("https://docs.aws.amazon.com/batch/latest/userguide/job_env_vars.html (Batch "
           "environment variables); https://docs.aws.amazon.com/batch/latest/userguide/"
           "multi-node-parallel-jobs.html")

@@ -22,6 +22,7 @@ from ..core.errors import ConfigError
 from .base import MAX_NODES, MAX_SLOTS, STARTED, LauncherSsh, NodeTable, first, get
 
 NAME = "mpijob"
+PRECEDENCE = 30  # between equally sure adapters (schedulers/__init__.py says why)
 SOURCE = ("https://github.com/kubeflow/mpi-operator/blob/master/pkg/controller/"
           "mpi_job_controller.go (launcher and worker env, hostfile ConfigMap)")
 ROLE = "K_MPI_JOB_ROLE"

@@ -5,6 +5,7 @@ from typing import Dict, Mapping, Optional, Tuple
 from .base import EXPORTED, NodeTable
 
 NAME = "single"
+PRECEDENCE = 90  # between equally sure adapters (schedulers/__init__.py says why)
 SOURCE = "no scheduler variables: this node runs the whole job"
 SIGNALS = ()  # type: Tuple[str, ...]
 

@@ -1,0 +1,91 @@
+"""A new scheduler is one adapter module (issue 36): a toy adapter dropped into a copy of the
+entrypoint's ``schedulers`` package, with no other file edited, is found, checked against
+``base.ADAPTER_CONTRACT``, detected from its own variable, chosen by ``MNP_SCHEDULER`` and
+planned by the real entrypoint's dry run; a module that breaks the contract stops the import
+naming what it lacks."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TOY = '''"""A toy scheduler: TOY_RANK and TOY_SIZE, the main node at TOY_MAIN."""
+from .base import STARTED, NodeTable, get, integer
+
+NAME = "toy"
+PRECEDENCE = 55
+SOURCE = "tests/entrypoint/test_ep_toy_scheduler.py"
+SIGNALS = ("TOY_RANK", "TOY_SIZE", "TOY_MAIN")
+
+
+def detect(env):
+    return "TOY_RANK" if get(env, "TOY_RANK") is not None else None
+
+
+def trust(env):
+    return STARTED, "only the toy scheduler sets TOY_RANK"
+
+
+def table(env):
+    rank = integer(env, "TOY_RANK")
+    size = integer(env, "TOY_SIZE")
+    return NodeTable(NAME, "TOY_RANK", "main" if rank == 0 else "child", node_rank=rank,
+                     num_nodes=size, main_address=get(env, "TOY_MAIN"))
+
+
+def example(num_nodes, node_rank=0):
+    return {"TOY_RANK": str(node_rank), "TOY_SIZE": str(num_nodes), "TOY_MAIN": "toy-0"}
+'''
+
+
+def copy_with(tmp_path, name, text):
+    shutil.copytree(ROOT / "entrypoint", tmp_path / "entrypoint",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "entrypoint" / "schedulers" / name).write_text(text, encoding="utf-8")
+    return tmp_path
+
+
+def run(root, env):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MNP_", "AWS_BATCH_",
+                                                                        "SLURM_", "PET_", "OMPI_"))}
+    return subprocess.run([sys.executable, "-m", "entrypoint", "true"], cwd=root,
+                          env=dict(clean, PYTHONPATH=str(root), **env), capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+def test_a_toy_scheduler_module_is_detected_and_planned(tmp_path):
+    root = copy_with(tmp_path, "toy.py", TOY)
+    proc = run(root, {"TOY_RANK": "0", "TOY_SIZE": "1", "MNP_DRY_RUN": "json",
+                      "MNP_LAUNCHER": "none"})
+    assert proc.returncode == 0, proc.stderr
+    node = json.loads(proc.stdout)["role"]["node"]
+    assert (node["scheduler"], node["detected_from"]) == ("toy", "TOY_RANK")
+    forced = run(root, {"MNP_SCHEDULER": "toy", "TOY_RANK": "0", "TOY_SIZE": "1",
+                        "MNP_DRY_RUN": "json", "MNP_LAUNCHER": "none"})
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["role"]["node"]["detected_from"] == "MNP_SCHEDULER=toy"
+
+
+def test_without_the_module_the_toy_variables_are_nobodys(tmp_path):
+    """The same variables with no toy module: single-node, and MNP_SCHEDULER=toy is refused."""
+    root = copy_with(tmp_path, "unrelated.py", "X = 1\n")
+    proc = run(root, {"MNP_SCHEDULER": "toy", "TOY_RANK": "0", "MNP_DRY_RUN": "1"})
+    assert proc.returncode == 2 and "MNP_SCHEDULER" in proc.stderr
+
+
+@pytest.mark.parametrize("drop,lacks", [("PRECEDENCE = 55\n", "PRECEDENCE must be a int"),
+                                        ("def example(num_nodes, node_rank=0):",
+                                         "example must be a function")])
+def test_a_module_that_breaks_the_contract_stops_the_import(tmp_path, drop, lacks):
+    broken = TOY.replace(drop, "def example():" if drop.startswith("def") else "")
+    root = copy_with(tmp_path, "toy.py", broken)
+    proc = run(root, {"MNP_DRY_RUN": "1"})
+    assert proc.returncode == 2, proc.stderr
+    assert lacks in proc.stderr and "ADAPTER_CONTRACT" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
