@@ -14,15 +14,18 @@ where that comes from (``SOURCE``) and its command line. ``invoke jobdef --launc
 - ``none``: SSH set up; the command (a script calling a launcher) runs on the main node.
 
 ``torchrun`` on PyTorch older than 1.9 (no ``torch.distributed.run``) becomes
-``torch.distributed.launch``, which PyTorch had since 1.0. A new launcher is one module with its
-``Unit`` subclass, plus ``register(module.UNIT)`` (below, for the built-in ones).
+``torch.distributed.launch``, which PyTorch had since 1.0. A new launcher is one module of this
+package with its ``Unit`` subclass and ``UNIT``: every module that has a ``UNIT`` is registered
+on import, in ``Unit.order`` (``register`` adds one from elsewhere, e.g. a test's).
 """
 
+import importlib
 import os
+import pkgutil
 from collections import OrderedDict
 from typing import List, Optional, Tuple
 
-from . import deepspeed, distributed_launch, mpirun, none, torchrun
+from . import distributed_launch, mpirun, none, torchrun
 from .base import Unit
 
 UNITS = OrderedDict()  # type: OrderedDict
@@ -46,9 +49,19 @@ def unregister(name: str) -> None:
     UNITS.pop(name, None)
 
 
-for _module in (mpirun, deepspeed, torchrun, distributed_launch, none):
-    register(_module.UNIT)
-NAMES = tuple(UNITS)  # the built-in units, in the order the docs list them
+def _package_units() -> List[Unit]:
+    """The ``UNIT`` of every module of this package that has one, by ``order`` then name."""
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        unit = getattr(importlib.import_module(__name__ + "." + info.name), "UNIT", None)
+        if isinstance(unit, Unit):
+            found.append(unit)
+    return sorted(found, key=lambda unit: (unit.order, unit.name))
+
+
+for _unit in _package_units():
+    register(_unit)
+NAMES = tuple(UNITS)  # the package's units, in the order the docs list them
 
 
 def names() -> Tuple[str, ...]:

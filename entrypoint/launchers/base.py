@@ -111,6 +111,7 @@ class Unit(object):
     rendezvous; ``programs``/``modules``: how a command that is itself this launcher starts."""
 
     name = ""
+    order = 100  # where ``MNP_LAUNCHER``'s values list it (built-ins 10-50; a new unit after)
     needs_ssh = False
     on_children = ""
     env_propagation = ""

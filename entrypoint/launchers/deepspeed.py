@@ -41,6 +41,7 @@ DEFAULT_HOSTFILE = "/job/hostfile"
 
 class DeepSpeed(Unit):
     name = "deepspeed"
+    order = 20
     needs_ssh = True
     on_children = "nothing to start: DeepSpeed's runner (pdsh or mpirun) reaches this node over SSH"
     env_propagation = "DS_ENV_FILE (DeepSpeed >= 0.10.1) or ~/.deepspeed_env"

@@ -16,6 +16,7 @@ SOURCE = ("https://pytorch.org/docs/1.4.0/distributed.html 'Launch "
 
 class DistributedLaunch(Unit):
     name = "torch.distributed.launch"
+    order = 40
     on_children = "runs the same python3 -m torch.distributed.launch with --node_rank <index>"
     env_propagation = "none needed: every node starts its processes from its own environment"
     binary = "python3"

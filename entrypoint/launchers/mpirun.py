@@ -22,6 +22,7 @@ NP_FLAGS = ("-np", "--np", "-n", "-c", "--n")
 
 class Mpirun(Unit):
     name = "mpirun"
+    order = 10
     needs_ssh = True
     on_children = "nothing to start: mpirun reaches this node over SSH"
     env_propagation = "mpirun -x NAME for every exported variable"

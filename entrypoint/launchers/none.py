@@ -10,6 +10,7 @@ SOURCE = "this project: the command runs as is on the main node"
 
 class AsIs(Unit):
     name = "none"
+    order = 50
     needs_ssh = True
     on_children = "nothing to start: the command may use SSH to reach it"
     env_propagation = "up to the command"

@@ -24,6 +24,7 @@ PET_SOURCE = ("torch/distributed/argparse_util.py (env action: every torchrun op
 
 class Torchrun(Unit):
     name = "torchrun"
+    order = 30
     on_children = "runs the same torchrun with --node_rank <index>"
     env_propagation = "none needed: every node starts its processes from its own environment"
     binary = "torchrun"
