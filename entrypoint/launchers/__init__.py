@@ -69,6 +69,17 @@ def names() -> Tuple[str, ...]:
     return tuple(UNITS)
 
 
+def programs() -> Tuple[str, ...]:
+    """Every program a registered unit runs or is started as (``binary``, ``programs``): the
+    probe looks each up on PATH (``Config.programs`` carries them down to it)."""
+    found = set()
+    for unit in UNITS.values():
+        found.update(unit.programs)
+        if unit.binary:
+            found.add(unit.binary)
+    return tuple(sorted(found))
+
+
 def resolve(requested: str, pytorch_version: Optional[str]) -> Tuple[str, Optional[str]]:
     """``(unit name, note or None)``: ``torchrun`` falls back to ``torch.distributed.launch`` on
     PyTorch older than 1.9."""

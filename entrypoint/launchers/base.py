@@ -115,7 +115,8 @@ class Unit(object):
     needs_ssh = False
     on_children = ""
     env_propagation = ""
-    binary = None  # type: Optional[str]  # the program the plan looks for on PATH
+    # the program the unit runs; ``launchers.programs()`` has the probe look it up on PATH
+    binary = None  # type: Optional[str]
     source = ""
     starts_without_ssh = False
     reaches_hosts = False

@@ -189,7 +189,9 @@ def probe(cfg, environ, root="/", run=None, which=None, imds=None, address=None)
         facts.hpus = detected.count
 
     facts.efa_devices = [os.path.basename(d) for d in fabric.uverbs_devices(root)]
-    for name in BINARIES:
+    # the probe's own programs, and every launcher unit's (``Config.programs``: a new unit's
+    # program is found without a change here)
+    for name in sorted(set(BINARIES) | set(getattr(cfg, "programs", ()))):
         found = which(name)
         facts.binaries[name] = os.path.abspath(found) if found else None
     if root == "/" and not facts.binaries.get("sshd"):

@@ -185,6 +185,8 @@ class Config(object):
         self.main_address = None  # children only
         self.job_id = ""
         self.launcher_explicit = False
+        # what the probe looks up on PATH besides its own list: every launcher unit's programs
+        self.programs = launchers.programs()
         for setting in TABLE:  # every setting's default, from the one table
             if setting.field:
                 setattr(self, setting.field, _fresh(setting.default))

@@ -118,6 +118,7 @@ def test_a_toy_launcher_module_is_a_launcher_the_plan_runs(tmp_path):
     plan = json.loads(proc.stdout)
     assert plan["launcher"]["unit"] == "toy"
     assert plan["argv"] == ["echo", "toy", "np=2", "true"]
+    assert "toyrun" in plan["facts"]["binaries"]  # the probe looked its program up
     listed = subprocess.run([sys.executable, "-c", "from entrypoint import launchers; "
                              "print(' '.join(launchers.NAMES))"], cwd=root, capture_output=True,
                             text=True, timeout=60, check=True, env=dict(os.environ,
