@@ -4,7 +4,7 @@ A ``NodeTable`` is what a scheduler tells one process about its job: which sched
 which variable, this node's role and rank, the node count, the main node's address, the hosts
 and slots when the scheduler names them, whether the entrypoint must wire the nodes itself
 (``rendezvous``: AWS Batch, whose nodes learn nothing but the main node's address, and a Slurm
-step whose launcher needs SSH: ``wire_here``, ``wired_because``), the
+step whose launcher needs SSH: ``wired``, ``wired_because``), the
 typed facts the plan reads (``master_port``, ``rank``, ``elastic``, ``slots_are``,
 ``nproc_word``, ``launcher_ssh``, ``other_ways``, ``problems``, ``runs_ranks``), the other
 schedulers' variables detection ``ignored`` (with why) and, for the dry run only, the same
@@ -191,17 +191,17 @@ class NodeTable(Record):
         # Where the scheduler started one entrypoint per node but serves no SSH (a Slurm step of
         # one task per node), the id the entrypoint's own rendezvous binds its messages to, so a
         # launcher that needs SSH can still run there; None where it may not. ``settings.wiring``
-        # decides, ``wire_here`` records it
+        # decides, ``wired`` gives the table that records it
         self.wiring_id = wiring_id
         self.wired_because = None  # type: Optional[str]
         # other schedulers' variables that were present but not used, each with why (``choose``)
         self.ignored = []  # type: List[str]
 
-    def wire_here(self, because: str) -> None:
-        """The entrypoint wires these nodes itself (rendezvous with the main node, per-job SSH),
-        as on Batch, ``because`` the launcher needs what the scheduler does not serve."""
-        self.rendezvous = True
-        self.wired_because = because
+    def wired(self, because: str) -> "NodeTable":
+        """A copy of this table in which the entrypoint wires these nodes itself (rendezvous
+        with the main node, per-job SSH), as on Batch, ``because`` the launcher needs what the
+        scheduler does not serve. The table itself is left as the scheduler gave it."""
+        return NodeTable.from_dict(dict(self.to_dict(), rendezvous=True, wired_because=because))
 
     def tasks_here(self) -> int:
         """Tasks of the scheduler's step on this node (1 where the scheduler does not count them)."""

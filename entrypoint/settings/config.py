@@ -197,6 +197,16 @@ class Config(object):
                 raise TypeError("unknown Config field %s" % key)
             setattr(self, key, value)
 
+    def __setattr__(self, name, value):
+        if getattr(self, "_frozen", False):
+            raise AttributeError("Config is read-only once loaded (%s): settings are read once"
+                                 % name)
+        object.__setattr__(self, name, value)
+
+    def freeze(self):
+        """No attribute changes from here on (``load`` ends with it)."""
+        object.__setattr__(self, "_frozen", True)
+
     @property
     def is_multi(self):
         return self.mode in ("main", "child")
@@ -402,7 +412,11 @@ def load(env=None):
             setattr(cfg, setting.field, setting.load(env))
     _distinct_ports(cfg)
     cfg.attempt, cfg.attempt_source = _attempt(env)
-    wiring.decide(cfg)  # needs the role, the launcher and the job id above
+    wired = wiring.decide(cfg)  # needs the role, the launcher and the job id above
+    if wired is not None:
+        cfg.node, cfg.job_id = wired.node, wired.job_id
+        cfg.main_index, cfg.main_address = wired.main_index, wired.main_address
+    cfg.freeze()
     return cfg
 
 

@@ -26,24 +26,39 @@ task's sshd on ``MNP_SSH_PORT`` (2222; the node's own sshd has 22) and node 0's 
 on the node's interfaces, where the other nodes reach them.
 """
 
-from typing import Any
+from typing import Any, Optional
 
 from .. import launchers
 
 
-def decide(cfg: Any) -> None:
-    """Let the entrypoint wire the nodes of ``cfg`` (a loaded ``Config``) where the scheduler
-    serves no SSH and the launcher needs it; record the decision on the node table."""
+class Wiring(object):
+    """The decision to wire a step's nodes here: the node table that records it and the main
+    node's place the rendezvous needs (node 0; its address on children; the step's id as the
+    job id where the scheduler gave none)."""
+
+    __slots__ = ("node", "job_id", "main_index", "main_address")
+
+    def __init__(self, node: Any, job_id: str, main_index: int,
+                 main_address: Optional[str]) -> None:
+        self.node = node
+        self.job_id = job_id
+        self.main_index = main_index
+        self.main_address = main_address
+
+
+def decide(cfg: Any) -> Optional[Wiring]:
+    """Whether the entrypoint wires the nodes of ``cfg`` (settings being read, role and launcher
+    known) because the scheduler serves no SSH and the launcher needs it: a ``Wiring`` with new
+    values, or None. Nothing of ``cfg`` or its table is changed."""
     node = cfg.node
     if node is None or node.wiring_id is None or cfg.mode not in ("main", "child"):
-        return
+        return None
     unit = launchers.UNITS[cfg.launcher]
     if not cfg.launcher_explicit or not unit.needs_ssh or unit.starts_without_ssh:
-        return
+        return None
     if not node.one_task_per_node():
-        return
-    node.wire_here("MNP_LAUNCHER=%s needs SSH between the nodes, which %s does not serve"
-                   % (cfg.launcher, node.scheduler))
-    cfg.job_id = cfg.job_id or node.wiring_id
-    cfg.main_index = 0
-    cfg.main_address = node.main_address if cfg.mode == "child" else None
+        return None
+    because = ("MNP_LAUNCHER=%s needs SSH between the nodes, which %s does not serve"
+               % (cfg.launcher, node.scheduler))
+    return Wiring(node.wired(because), cfg.job_id or node.wiring_id, 0,
+                  node.main_address if cfg.mode == "child" else None)

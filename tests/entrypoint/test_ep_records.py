@@ -21,7 +21,7 @@ def every_field_set():
         slots_are="tasks", launcher_ssh=base.LauncherSsh("-p 2222", "why", "where"),
         other_ways="srun --mpi=pmix", nproc_word="gpu", problems=["a problem"],
         runs_ranks=False, wiring_id="1234")
-    table.wire_here("MNP_LAUNCHER=mpirun needs SSH")
+    table = table.wired("MNP_LAUNCHER=mpirun needs SSH")
     table.ignored.append("AWS_BATCH_JOB_ID: not this scheduler")
     return table
 
@@ -68,3 +68,27 @@ def test_every_schedulers_example_round_trips():
     for adapter in schedulers.ORDER:
         table = schedulers.choose(dict(adapter.example(3, 1), MNP_SCHEDULER=adapter.NAME))
         assert base.NodeTable.from_dict(json.loads(json.dumps(table.to_dict()))) == table
+
+
+def test_settings_are_read_only_once_loaded():
+    """Settings are read once (issue 36): nothing after ``load`` may change them."""
+    from entrypoint.settings import config
+    cfg = config.load({})
+    with pytest.raises(AttributeError, match="read-only"):
+        cfg.launcher = "torchrun"
+    assert config.Config(launcher="torchrun").launcher == "torchrun"  # built by hand: settable
+
+
+def test_wiring_a_slurm_step_gives_new_records_and_edits_none():
+    """The Slurm self-wiring decision returns a wired copy of the scheduler's table; the table
+    the adapter gave is left as it was."""
+    from entrypoint.settings import config, wiring
+    env = dict(schedulers.MODULES["slurm"].example(3, 1), MNP_LAUNCHER="mpirun")
+    cfg = config.load(env)
+    assert cfg.rendezvous and cfg.node.wired_because.startswith("MNP_LAUNCHER=mpirun needs SSH")
+    given = schedulers.choose(env)
+    before = given.to_dict()
+    decision = wiring.decide(config.Config(node=given, mode=given.role, launcher="mpirun",
+                                           launcher_explicit=True))
+    assert decision is not None and decision.node.rendezvous and decision.main_index == 0
+    assert given.to_dict() == before and not given.rendezvous
