@@ -83,19 +83,6 @@ def test_unknown_source_key_is_named(tmp_path):
     assert "instances.yaml:" in message and "[nowhere]" in message
 
 
-def test_entrypoint_table_is_plain_json_with_the_rdma_facts():
-    import json
-
-    from matrix.model.instances import entrypoint_table
-
-    table = json.loads(json.dumps(entrypoint_table()))
-    assert set(table) == set(INSTANCE_TYPES)
-    assert table["p4d.24xlarge"]["efa_rdma_read"] is True
-    assert table["p3dn.24xlarge"]["efa_rdma_read"] is False
-    assert table["p5en.48xlarge"] == {"gpus": 8, "gpu_model": "H200", "hpus": 0, "hpu_model": None,
-                                      "efa_interfaces": 16, "efa_rdma_read": True}
-
-
 def test_the_entrypoint_reads_the_tables_rdma_facts():
     """The in-image entrypoint reads the table from its generated copy (fresh: see below); its
     family list (for types the instance metadata reports) must agree with every row."""

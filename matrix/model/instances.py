@@ -164,21 +164,6 @@ def get_instance_type(name: str) -> InstanceType:
         ) from None
 
 
-def entrypoint_table() -> dict[str, dict[str, Any]]:
-    """What the in-image entrypoint needs per instance type, as plain JSON-able data.
-
-    The entrypoint is standard-library only and cannot read this package; a generated JSON copy
-    of this (or the job definition's ``MNP_INSTANCE_TYPE`` looked up here) gives it the same
-    facts the rules and job definitions use: accelerators, EFA devices, RDMA read.
-    """
-    return {
-        row.name: {"gpus": row.gpus, "gpu_model": row.gpu_model, "hpus": row.hpus,
-                   "hpu_model": row.hpu_model, "efa_interfaces": row.efa_interfaces,
-                   "efa_rdma_read": row.efa_rdma_read}
-        for row in INSTANCE_TYPES.values()
-    }
-
-
 def job_memory_mib(instance: InstanceType) -> int:
     """Memory (MiB) to request per node: installed memory less a buffer for the agent and OS.
 
