@@ -169,3 +169,38 @@ def test_every_declared_skip_names_collected_tests():
     everything = collected()
     for entry in skip_ledger.load(skip_ledger.LEDGER):
         assert any(fnmatch.fnmatchcase(nodeid, entry.tests) for nodeid in everything), entry.tests
+
+
+TIMED = """\
+import time, pytest
+@pytest.mark.xdist_group("shared")
+def test_grouped():
+    time.sleep(0.5)
+def test_alone():
+    pass
+"""
+
+
+def test_the_suite_time_benchmark_reads_files_and_groups_from_a_real_run(tmp_path):
+    """bench/suite_time.py on the junit report of a two-worker run: per file, per group."""
+    import importlib.util
+
+    (tmp_path / "test_timed.py").write_text(TIMED)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    junit, log = tmp_path / "junit.xml", tmp_path / "pytest.log"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-n", "2",
+                           "--dist", "loadgroup", f"--junitxml={junit}", "--rootdir",
+                           str(tmp_path), "-c", str(tmp_path / "pytest.ini"), str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    log.write_text(proc.stdout)
+    spec = importlib.util.spec_from_file_location("suite_time", ROOT / "bench" / "suite_time.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks itself up there
+    spec.loader.exec_module(module)
+    text = module.report(junit, log, top=10)
+    groups = text.split("per xdist group")[1]
+    assert "shared" in groups and "test_timed.py" in groups, text
+    grouped = next(line for line in groups.splitlines() if line.endswith("  shared"))
+    assert float(grouped.split()[0]) >= 0.5, text
+    assert "2 tests," in text and "pytest's wall time:" in text
