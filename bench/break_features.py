@@ -42,6 +42,9 @@ class Break:
 
 SLURM = "tests/integration/test_slurm_entrypoint.py"
 CLUSTER = "tests/integration/test_entrypoint_cluster.py"
+MPIJOB_WORKER = "tests/test_mpijob_worker_as_written.py"
+CI = ".github/workflows/ci.yml"
+GATES = "tests/publish/test_workflows.py::test_every_check_step_fails_its_job_when_its_check_fails"
 BREAKS = [
     Break("signal-forwarding", "PID 1 records SIGTERM but no longer forwards it to the launcher",
           [("entrypoint/run/lifecycle.py", "                    os.kill(proc.pid, signum)\n",
@@ -93,6 +96,53 @@ BREAKS = [
             '"--nnodes", elastic.nnodes.split(":")[-1],')],
           [("tests/integration/test_elastic_cluster.py"
             "::test_elastic_torchrun_scales_down_to_min_when_a_node_is_lost", {})]),
+    # Issue 35: five breaks that once left every pull-request check green, and one more.
+    Break("mpijob-worker-runs-command", "an MPIJob worker as invoke k8s writes it (args plus "
+          "MNP_*) runs the job's command instead of serving SSH",
+          [("entrypoint/run/main.py", '        if cfg.mode == "worker":\n            return outcome',
+            '        if cfg.mode == "no-such-mode":\n            return outcome')],
+          [(f"{MPIJOB_WORKER}::test_the_worker_serves_ssh_and_never_runs_the_command", {})]),
+    Break("ci-unit-swallowed", "ci.yml's unit step ends in || true: a failing test passes the job",
+          [(CI, '--dist loadgroup -m "not docker and not slow"\n',
+            '--dist loadgroup -m "not docker and not slow" || true\n')],
+          [(GATES, {})]),
+    Break("ci-slow-may-fail", "ci.yml's slow job has continue-on-error: true",
+          [(CI, "    timeout-minutes: 45\n    strategy:\n",
+            "    timeout-minutes: 45\n    continue-on-error: true\n    strategy:\n")],
+          [(GATES, {})]),
+    Break("ci-test-echoed", "ci.yml echoes invoke test instead of running it",
+          [(CI, "      - run: invoke test --stack cpu-tcp\n",
+            "      - run: echo invoke test --stack cpu-tcp\n")],
+          [(GATES, {})]),
+    Break("slurm-backwards-range", "Slurm's backwards host ranges (node[3-1]) are accepted, as no "
+          "host; the test needs no scontrol",
+          [("entrypoint/schedulers/nodelist.py",
+            '        if hi < lo:\n            raise ValueError("range %s is backwards in %r"'
+            ' % (part, item))\n', "")],
+          [("tests/test_hostlist_backwards.py", {"PATH": str(ROOT / ".venv" / "bin")})]),
+    Break("plugin-selfcheck-anywhere", "the aws-ofi-nccl build's self-check greps for the "
+          "version anywhere in the .so, not in its init message",
+          [("images/aws-ofi-nccl/Dockerfile.j2",
+            """ && said="$(LC_ALL=C grep -m 1 -aoE 'Initializing aws-ofi-nccl [!-~]{1,64}' """
+            """{{ spec.options.prefix }}/lib/libnccl-net.so | sed -n 1p || true)" \\\n""",
+            """ && grep -qa "{{ version }}" {{ spec.options.prefix }}/lib/libnccl-net.so \\\n"""
+            """ && said={{ version }} \\\n""")],
+          [("tests/test_plugin_version_check.py -k self_check", {})]),
+    Break("plugin-layer-test-anywhere", "the aws-ofi-nccl layer test greps for the version "
+          "anywhere in the .so",
+          [("images/aws-ofi-nccl/test_aws_ofi_nccl.py", "    assert release == expected, said\n",
+            "    assert host.run(f\"grep -qa '{layer['version']}' {lib.path}\").rc == 0\n")],
+          [("tests/test_plugin_version_check.py -k layer_test", {})]),
+    Break("efa-plugin-env-in-run", "NCCL_NET_PLUGIN=ofi moves from the EFA layer's ENV into a "
+          "RUN export (it then lasts one shell)",
+          [("images/efa/Dockerfile.j2",
+            "/opt/amazon/efa/lib:$LD_LIBRARY_PATH \\\n    NCCL_NET_PLUGIN=ofi\n",
+            "/opt/amazon/efa/lib:$LD_LIBRARY_PATH\nRUN export NCCL_NET_PLUGIN=ofi\n")],
+          [("tests/test_dockerfile_env.py", {})]),
+    Break("layer-tests-all-skipped", "invoke test passes a layer whose tests all skip",
+          [("matrix/image/testing.py", "    empty = [r for r in results if r.ran_nothing]\n",
+            "    empty = []\n")],
+          [("tests/test_layer_tests_ran.py -k all_skip", {})]),
 ]
 
 

@@ -1,7 +1,19 @@
-"""Shared fixtures: a Docker engine, and the real cpu-tcp image built by the project's builder."""
+"""Shared fixtures: a Docker engine, and the real cpu-tcp and CUDA images built by the project's
+builder, each once per run however many pytest-xdist workers ask for it.
+
+Under ``invoke check`` the suite runs in pytest-xdist workers with ``--dist loadgroup``
+(matrix/cli/suite.py). Every test without an ``xdist_group`` mark of its own is given its file as
+its group here, so the tests of a file run in one worker, one after the other, as they were
+written: a module-scoped fixture (a Slurm cluster, a second engine on a fixed bridge) is set up
+once and never shared across processes. A test that must run beside tests of other files (an
+engine-wide resource) names a common group: ``@pytest.mark.xdist_group("engine")``.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -9,13 +21,53 @@ from hypothesis import HealthCheck, settings
 from rich.console import Console
 
 ROOT = Path(__file__).resolve().parent.parent
+LOCKS = ROOT / ".mnp" / "locks"
+CUDA_STACK = "cuda13.2-tcp"
 
-# CI runs two pytest processes side by side on a loaded 2-core machine: a slow example there is
-# the machine, not a finding. Loaded here, before any test module builds its @settings, so
-# each inherits what it does not set itself (one that sets suppress_health_check lists
-# too_slow too).
+# CI runs several pytest workers on a loaded 2-core machine: a slow example there is the
+# machine, not a finding. Loaded here, before any test module builds its @settings, so each
+# inherits what it does not set itself (one that sets suppress_health_check lists too_slow too).
 settings.register_profile("mnp", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("mnp")
+
+
+def file_group(item: pytest.Item) -> str:
+    """The xdist group of a test without one of its own: its file."""
+    return item.nodeid.split("::", 1)[0]
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """As each test is collected, before any pytest_collection_modifyitems (xdist's worker
+    appends the group to the node ID there, whatever order the hooks run in)."""
+    if item.get_closest_marker("xdist_group") is None:
+        item.add_marker(pytest.mark.xdist_group(file_group(item)))
+
+
+@contextlib.contextmanager
+def held(name: str) -> Iterator[None]:
+    """An exclusive lock shared by every process of this checkout (xdist workers, parallel
+    runs): the second to ask waits until the first is done, then finds the work done."""
+    LOCKS.mkdir(parents=True, exist_ok=True)
+    with (LOCKS / f"{name}.lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build_stack(client, stack: str):
+    """Plan and build ``stack`` with the project's builder, once across processes: the first
+    worker builds, the next ones find every layer by its content tag and build nothing."""
+    from matrix.image import build, ca
+    from matrix.image.plan import plan
+    from matrix.model.loader import load_matrix
+
+    result = plan(load_matrix(ROOT / "stacks.yaml"), [stack])
+    with held(f"build-{stack}"):
+        results = build.build(client, result, [stack], ca_bundle=ca.resolve(None),
+                              console=Console(highlight=False, width=160))
+    return result, results
 
 
 @pytest.fixture(scope="session")
@@ -33,14 +85,7 @@ def docker_client():
 @pytest.fixture(scope="session")
 def cpu_tcp_build(docker_client):
     """Build the default stack with the project's own builder (cached layers are reused)."""
-    from matrix.image import build, ca
-    from matrix.image.plan import plan
-    from matrix.model.loader import load_matrix
-
-    result = plan(load_matrix(ROOT / "stacks.yaml"), ["cpu-tcp"])
-    results = build.build(docker_client, result, ["cpu-tcp"], ca_bundle=ca.resolve(None),
-                          console=Console(highlight=False, width=160))
-    return result, results
+    return build_stack(docker_client, "cpu-tcp")
 
 
 @pytest.fixture(scope="session")
@@ -48,3 +93,11 @@ def cpu_tcp_image(cpu_tcp_build) -> str:
     """Reference of the built cpu-tcp image (its content-addressed tag)."""
     result, _ = cpu_tcp_build
     return result.chains["cpu-tcp"][-1]
+
+
+@pytest.fixture(scope="session")
+def cuda_tcp_build(docker_client):
+    """The CUDA TCP stack built once per run (the build takes minutes: every test that needs it
+    shares this one; the lock keeps two workers from building it side by side)."""
+    result, _ = build_stack(docker_client, CUDA_STACK)
+    return result

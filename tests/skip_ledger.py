@@ -5,6 +5,11 @@
 count, and a skip no entry declares turns the exit status to 1. Without the plugin a skipped test
 is a green line in a long log; the Docker engine missing or a tool not installed would go
 unnoticed.
+
+Under pytest-xdist the ledger lives in the controller only: every worker's test reports reach the
+controller's ``pytest_runtest_logreport``, so the skips of all workers are counted together and
+the summary line is printed once. ``--dist loadgroup`` appends ``@<group>`` to each node ID;
+the ledger matches the node ID without it.
 """
 
 from __future__ import annotations
@@ -33,6 +38,13 @@ class Skip:
     reason: str
 
 
+def plain_nodeid(nodeid: str) -> str:
+    """The node ID without the ``@<group>`` xdist's loadgroup appends (a parameter id such as
+    ``[user@host]`` ends in ``]`` and is kept)."""
+    head, at, group = nodeid.rpartition("@")
+    return head if at and "[" not in group and "]" not in group else nodeid
+
+
 def load(path: Path) -> list[Expected]:
     """The declared skips; a malformed list is a usage error naming the file and entry."""
     try:
@@ -54,7 +66,8 @@ def load(path: Path) -> list[Expected]:
 def skip_reason(report: pytest.TestReport) -> str:
     """The reason a skip gave (``pytest.skip(...)`` or a skip/skipif marker)."""
     longrepr = report.longrepr
-    text = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    # a tuple (path, line, reason); from an xdist worker it may arrive as a list
+    text = longrepr[2] if isinstance(longrepr, (tuple, list)) else str(longrepr)
     return text.removeprefix("Skipped: ")
 
 
@@ -79,7 +92,7 @@ class Ledger:
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.skipped and not hasattr(report, "wasxfail"):
-            self.skips.append(Skip(report.nodeid, skip_reason(report)))
+            self.skips.append(Skip(plain_nodeid(report.nodeid), skip_reason(report)))
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -107,4 +120,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     path = Path(config.getoption("--expected-skips"))
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller keeps the ledger
+        return
     config.pluginmanager.register(Ledger(path, load(path)), "mnp-skip-ledger")

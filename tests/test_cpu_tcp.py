@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -156,11 +157,8 @@ def test_layer_tests_of_other_stacks_would_run(result, stack, layer, tmp_path):
 
 def test_invoke_run_three_node_allreduce_leaves_nothing(docker_client, cpu_tcp_image):
     """`invoke run --stack cpu-tcp --nodes 3 -- <allreduce>` exits 0 and cleans up after itself."""
-    # what any rehearsal made (labelled by invoke run); other containers on the engine (the
-    # other test shard's) are not this test's business
-    rehearsal = {"label": LABEL}
-    before_containers = {c.id for c in docker_client.containers.list(all=True, filters=rehearsal)}
-    before_networks = {n.id for n in docker_client.networks.list(filters=rehearsal)}
+    # what this rehearsal made: invoke run labels it with its run id (other rehearsals, run by
+    # other pytest workers at the same time, are not this test's business)
     program = ("from mpi4py import MPI; c = MPI.COMM_WORLD; "
                "print('allreduce', c.Get_size(), c.allreduce(c.Get_rank() + 1))")
     proc = subprocess.run([sys.executable, "-m", "invoke", "run", "--stack", "cpu-tcp", "--nodes",
@@ -168,6 +166,8 @@ def test_invoke_run_three_node_allreduce_leaves_nothing(docker_client, cpu_tcp_i
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert proc.stdout.count("allreduce 3 6") == 3
-    assert {c.id for c in docker_client.containers.list(all=True, filters=rehearsal)} == \
-        before_containers
-    assert {n.id for n in docker_client.networks.list(filters=rehearsal)} == before_networks
+    run_id = re.search(r"rehearsal (\w+):", proc.stdout + proc.stderr)
+    assert run_id, proc.stdout[-3000:]
+    rehearsal = {"label": f"{LABEL}={run_id[1]}"}
+    assert docker_client.containers.list(all=True, filters=rehearsal) == []
+    assert docker_client.networks.list(filters=rehearsal) == []

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from matrix.image import build, ca, testing
+from matrix.image import testing
 from matrix.image.budget import added_steps
 from matrix.image.plan import plan
 from matrix.model.loader import load_matrix
@@ -29,11 +29,9 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def cuda_build(docker_client):
-    result = plan(load_matrix(ROOT / "stacks.yaml"), [STACK])
-    build.build(docker_client, result, [STACK], ca_bundle=ca.resolve(None),
-                console=Console(highlight=False, width=160))
-    return result
+def cuda_build(cuda_tcp_build):
+    """tests/conftest.py's one build of the stack per run."""
+    return cuda_tcp_build
 
 
 def test_every_layer_test_passes(docker_client, cuda_build, tmp_path):

@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from matrix.cli import suite
+from matrix.errors import UserError
 from matrix.model.settings import ROOT
 
 
@@ -19,20 +22,27 @@ def collected(*args: str) -> set[str]:
     return {line for line in proc.stdout.splitlines() if "::" in line}
 
 
-def test_the_shards_cover_the_suite_once():
-    everything = collected()
-    parts = [collected(*shard.args) for shard in suite.shards()]
-    assert everything and all(parts)
-    assert sum(len(part) for part in parts) == len(everything)
-    assert set.union(*parts) == everything
+def test_the_suite_runs_in_xdist_workers_grouped(monkeypatch):
+    monkeypatch.delenv(suite.WORKERS_VARIABLE, raising=False)
+    args = suite.suite_args(suite.workers())
+    assert args[:4] == ["-n", str(suite.WORKERS), "--dist", "loadgroup"]
+    assert (os.cpu_count() or 2) // 2 < suite.WORKERS  # more workers than the suite computes
+    assert args[-2:] == ["tests", "images"] and any(a.startswith("--junitxml=") for a in args)
+    assert "-n" not in suite.suite_args(0)
 
 
-def test_the_closing_line_sums_every_shard(tmp_path, monkeypatch):
-    monkeypatch.setattr(suite, "LOG_DIR", tmp_path)
-    parts = [suite.Shard("a", []), suite.Shard("b", [])]
-    parts[0].log.write_text("...\n= 1 failed, 30 passed, 2 skipped in 9.00s =\n")
-    parts[1].log.write_text("x\n===== 12 passed, 1 error in 3.1s =====\n")
-    assert suite.summed(parts) == "42 passed, 1 failed, 2 skipped, 1 errors"
+def test_the_number_of_workers_is_checked(monkeypatch):
+    monkeypatch.setenv(suite.WORKERS_VARIABLE, "3")
+    assert suite.workers() == 3
+    monkeypatch.setenv(suite.WORKERS_VARIABLE, "four")
+    with pytest.raises(UserError, match=r"^MNP_CHECK_WORKERS='four': expected a whole number"):
+        suite.workers()
+
+
+def test_the_closing_line_is_pytests_count():
+    text = "...\n== 1 failed, 30 passed, 2 skipped, 1 error in 9.00s ==\n"
+    assert suite.summed(text) == "30 passed, 1 failed, 2 skipped, 1 errors"
+    assert suite.summed("") == "0 passed, 0 failed, 0 skipped"
 
 
 def test_the_checks_before_pytest_audit_the_workflows():
@@ -42,12 +52,9 @@ def test_the_checks_before_pytest_audit_the_workflows():
     assert "vendor.github-workflows" in steps["workflow schema"]
 
 
-def test_skip_counts_sum_every_shards_ledger_line(tmp_path, monkeypatch):
-    monkeypatch.setattr(suite, "LOG_DIR", tmp_path)
-    parts = [suite.Shard("a", []), suite.Shard("b", [])]
-    parts[0].log.write_text("skips: 74 (74 declared in expected_skips.yaml, 0 undeclared)\n")
-    parts[1].log.write_text("x\nskips: 7 (5 declared in expected_skips.yaml, 2 undeclared)\n= 1 f\n")
-    assert suite.skip_counts(parts) == (81, 2)
+def test_skip_counts_read_the_ledger_line():
+    text = "x\nskips: 7 (5 declared in expected_skips.yaml, 2 undeclared)\n= 1 failed =\n"
+    assert suite.skip_counts(text) == (7, 2)
 
 
 LEDGER = """\
@@ -81,6 +88,49 @@ def test_an_undeclared_skip_fails_the_run_and_is_named(tmp_path):
     assert proc.returncode == 1, proc.stdout
     assert "UNDECLARED SKIP test_t.py::test_undeclared: no scontrol" in proc.stdout
     assert suite.SKIPS.search(proc.stdout).groups() == ("2", "1", "1")
+
+
+def test_under_xdist_the_ledger_counts_every_workers_skips_once(tmp_path):
+    """Two workers: the undeclared skip still fails the run, named with its plain node ID, and
+    one summary line counts the skips of both."""
+    proc = run_with_ledger(tmp_path, "-n", "2", "--dist", "loadgroup")
+    assert proc.returncode == 1, proc.stdout
+    assert "UNDECLARED SKIP test_t.py::test_undeclared: no scontrol" in proc.stdout
+    assert len(suite.SKIPS.findall(proc.stdout)) == 1
+    assert suite.SKIPS.search(proc.stdout).groups() == ("2", "1", "1")
+    proc = run_with_ledger(tmp_path, "-n", "2", "-k", "not undeclared")
+    assert proc.returncode == 0, proc.stdout
+    assert "skips: 1 (1 declared in skips.yaml, 0 undeclared)" in proc.stdout
+
+
+GROUPED = """\
+import pytest
+@pytest.mark.parametrize("n", range(6))
+def test_one(n):
+    pass
+"""
+
+
+def test_a_files_tests_share_one_worker_by_default(tmp_path):
+    """tests/conftest.py groups an unmarked test by its file: the six tests of each of two files
+    run under ``--dist loadgroup`` in one worker per file, so a module-scoped fixture is set up
+    once. Without the grouping (or with a pytest whose node IDs drop xdist's group suffix,
+    pytest-xdist issue 1386) xdist hands them out one by one, to both workers."""
+    for name in ("a", "b"):
+        (tmp_path / f"test_{name}.py").write_text(GROUPED)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-n", "2",
+                           "--dist", "loadgroup", "-v", "--rootdir", str(tmp_path),
+                           "-c", str(tmp_path / "pytest.ini"), str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    workers: dict[str, set[str]] = {}
+    for line in proc.stdout.splitlines():
+        if " PASSED " in line and line.startswith("["):
+            worker, nodeid = line.split()[0], line.split()[-1]
+            workers.setdefault(nodeid.split("::")[0].rsplit("/", 1)[-1], set()).add(worker)
+    assert set(workers) == {"test_a.py", "test_b.py"}, proc.stdout[-3000:]
+    assert all(len(seen) == 1 for seen in workers.values()), workers
 
 
 def test_declared_skips_pass_and_are_counted(tmp_path):
@@ -119,3 +169,38 @@ def test_every_declared_skip_names_collected_tests():
     everything = collected()
     for entry in skip_ledger.load(skip_ledger.LEDGER):
         assert any(fnmatch.fnmatchcase(nodeid, entry.tests) for nodeid in everything), entry.tests
+
+
+TIMED = """\
+import time, pytest
+@pytest.mark.xdist_group("shared")
+def test_grouped():
+    time.sleep(0.5)
+def test_alone():
+    pass
+"""
+
+
+def test_the_suite_time_benchmark_reads_files_and_groups_from_a_real_run(tmp_path):
+    """bench/suite_time.py on the junit report of a two-worker run: per file, per group."""
+    import importlib.util
+
+    (tmp_path / "test_timed.py").write_text(TIMED)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    junit, log = tmp_path / "junit.xml", tmp_path / "pytest.log"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-n", "2",
+                           "--dist", "loadgroup", f"--junitxml={junit}", "--rootdir",
+                           str(tmp_path), "-c", str(tmp_path / "pytest.ini"), str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    log.write_text(proc.stdout)
+    spec = importlib.util.spec_from_file_location("suite_time", ROOT / "bench" / "suite_time.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks itself up there
+    spec.loader.exec_module(module)
+    text = module.report(junit, log, top=10)
+    groups = text.split("per xdist group")[1]
+    assert "shared" in groups and "test_timed.py" in groups, text
+    grouped = next(line for line in groups.splitlines() if line.endswith("  shared"))
+    assert float(grouped.split()[0]) >= 0.5, text
+    assert "2 tests," in text and "pytest's wall time:" in text

@@ -7,6 +7,13 @@ records the arguments pytest would get and exits. Any other command in such a st
 reading (nothing else runs for real). Each recorded argument list is then collected for real
 with ``pytest --collect-only -q``, so a job's selection is what pytest itself selects: paths,
 ``-m`` markers, ``--ignore``, ``-k``, and the conftests' own collection rules.
+
+:func:`gates` asks the other question: does a failing check fail its job? Each step that runs a
+check (pytest, invoke, ruff, zizmor, check-jsonschema, git status) is run by bash as the runner
+runs it, with stand-ins for those commands that fail (exit 1), and must then fail, after calling
+one of them: a ``|| true`` or an ``echo`` in place of the check leaves it green, which is what
+is reported. A job or step marked ``continue-on-error``, or a check step that runs only under an
+``if:``, is reported too: its failure would not fail the run.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -55,6 +63,99 @@ class PytestRun:
         return f"{self.job}[{self.variant}]" if self.variant else self.job
 
 
+# Commands that check something: a step running one of them is a check step.
+CHECKS = ("pytest", "python", "python3", "invoke", "ruff", "zizmor", "check-jsonschema", "git")
+CHECK_STEP = re.compile(r"\b(pytest|invoke|ruff|zizmor|check-jsonschema|git status)\b")
+# The stand-in for a check: record its name and fail, as a check that finds a problem does.
+FAILING = """#!/bin/sh
+echo "${0##*/}" >> "$GATE_RECORD"
+echo "stand-in: ${0##*/} $* fails" >&2
+exit 1
+"""
+# Tools a check step may pipe through or test with: the real ones (nothing else is on PATH).
+PASS_THROUGH = ("cat", "cut", "dirname", "basename", "env", "grep", "head", "sed", "sort", "tail",
+                "tee", "test", "tr", "true", "false", "wc", "xargs", "mkdir")
+# GitHub's shells for a run step on Linux (https://docs.github.com/en/actions/reference/
+# workflows-and-actions/workflow-syntax#jobsjob_idstepsshell): no `shell:` runs `bash -e {0}`
+# (no pipefail); `shell: bash` runs `bash --noprofile --norc -eo pipefail {0}`.
+SHELLS = {None: ["/bin/bash", "-e", "-c"],
+          "bash": ["/bin/bash", "--noprofile", "--norc", "-eo", "pipefail", "-c"]}
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What a failing check does in one step of one job (one per matrix entry)."""
+
+    job: str
+    variant: str
+    step: str
+    why_not: str  # "" when the step's failure fails the job and the run
+
+    @property
+    def label(self) -> str:
+        where = f"{self.job}[{self.variant}]" if self.variant else self.job
+        return f"{where}: step {self.step!r}"
+
+
+def gates(workflow: dict) -> list[Gate]:
+    """Every check step of every job, with why its check's failure would not fail the run."""
+    found = []
+    with tempfile.TemporaryDirectory(prefix="mnp-gate-") as tmp:
+        shims = Path(tmp)
+        for name in CHECKS:
+            (shims / name).write_text(FAILING, encoding="utf-8")
+            (shims / name).chmod(0o755)
+        (shims / "sudo").write_text(SUDO, encoding="utf-8")
+        (shims / "sudo").chmod(0o755)
+        for tool in PASS_THROUGH:
+            real = shutil.which(tool)
+            if real:
+                (shims / tool).symlink_to(real)
+        for name, job in workflow["jobs"].items():
+            for values in matrix_entries(name, job):
+                variant = values.get("group", values.get("stacks", "-".join(values.values())))
+                for index, step in enumerate(job.get("steps", [])):
+                    if not CHECK_STEP.search(step.get("run", "")):
+                        continue
+                    label = step.get("name") or step["run"].strip().splitlines()[0]
+                    found.append(Gate(name, variant, label,
+                                      _why_not(job, step, values, shims, f"job {name} step {index}")))
+    return found
+
+
+def _why_not(job: dict, step: dict, values: dict[str, str], shims: Path, where: str) -> str:
+    """Why this check step's failure would not fail the run ("" when it would)."""
+    if job.get("continue-on-error", False) is not False:
+        return f"the job has continue-on-error: {job['continue-on-error']}"
+    if step.get("continue-on-error", False) is not False:
+        return f"the step has continue-on-error: {step['continue-on-error']}"
+    if "if" in step:
+        return f"the step runs only if {step['if']}"
+    shell = step.get("shell", job.get("defaults", {}).get("run", {}).get("shell"))
+    if shell not in SHELLS:
+        return f"shell {shell!r} is not one this reader runs"
+    env = {**job.get("env", {}), **step.get("env", {})}
+    env = {key: fill(value, values, where) for key, value in env.items()}
+    record = shims / "gate.txt"
+    record.write_text("", encoding="utf-8")
+    proc = subprocess.run([*SHELLS[shell], step["run"]], capture_output=True, text=True,
+                          check=False, cwd=ROOT,
+                          env={**env, "PATH": str(shims), "GATE_RECORD": str(record)})
+    called = record.read_text(encoding="utf-8").split()
+    if not called:
+        return "no check runs: the step passes without calling one"
+    if proc.returncode == 0:
+        return f"{called[0]} failed and the step still passed"
+    return ""
+
+
+def pull_request_jobs(workflow: dict) -> dict:
+    """The workflow less the jobs that run only on its schedule (``if:`` on the event)."""
+    jobs = {name: job for name, job in workflow["jobs"].items()
+            if job.get("if") != "github.event_name == 'schedule'"}
+    return {**workflow, "jobs": jobs}
+
+
 def load_workflow(path: Path) -> dict:
     # PyYAML reads the `on:` key as True (YAML 1.1); GitHub reads it as "on".
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -90,6 +191,8 @@ def pytest_runs(workflow: dict) -> list[PytestRun]:
     with tempfile.TemporaryDirectory(prefix="mnp-wf-") as tmp:
         shims = stand_ins(Path(tmp))
         for name, job in workflow["jobs"].items():
+            if not any("pytest" in step.get("run", "") for step in job.get("steps", [])):
+                continue
             for values in matrix_entries(name, job):
                 variant = values.get("group", "-".join(values.values()))
                 for step in job.get("steps", []):

@@ -1,60 +1,47 @@
 """``invoke check``: the whole test suite as CI runs it (ruff, lint, workflow checks, pytest).
 
 The suite waits more than it computes (image builds that download, containers that start,
-timeouts that must expire), so on a 2-core machine two pytest processes side by side finish well
-before one would. ``HEAVY`` splits it by file: the CUDA stack's build and layer tests, the
-10,000-file fuzz, the pyxis play and the elastic torchrun cluster run in one process, everything
-else in the other (measured: about 18 and 33 minutes before the last two moved over). Each
-shard's output goes to ``.mnp/check/<shard>.log`` and is printed whole when it ends, so the two
-never interleave; the last line is the sum of both in pytest's words, which is what CI reads.
+timeouts that must expire), so pytest runs with pytest-xdist's workers, more of them than the
+machine has cores (``WORKERS``; ``MNP_CHECK_WORKERS`` sets another number, 0 runs one process).
+``--dist loadgroup`` keeps the tests of one ``xdist_group`` on one worker: tests/conftest.py
+gives every test its file as its group unless the test names another, so a module's fixtures
+(a Slurm cluster, a second engine, a built CUDA stack) are set up once, in one worker, and a new
+test file is safe by default. Session-wide images are built once behind a file lock
+(tests/conftest.py). pytest's output is printed as it comes and kept in
+``.mnp/check/pytest.log``, its junit report in ``.mnp/check/junit.xml`` (``bench/suite_time.py``
+reads both); the last line is pytest's count, which is what CI reads.
 With ``--pytest ARGS`` the suite runs as one pytest process with exactly those arguments.
 
 Before pytest, the GitHub workflows go through zizmor (offline audits: unpinned actions,
 persisted credentials, template injection, ...) and the GitHub-workflow schema that
 check-jsonschema carries. Every pytest process loads ``tests/skip_ledger.py``: a skip that
-``tests/expected_skips.yaml`` does not declare fails the check, and the skip count is printed.
+``tests/expected_skips.yaml`` does not declare fails the check, and the skip count is printed
+(under xdist the ledger runs in the controller, which sees every worker's reports).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from matrix.errors import UserError
 from matrix.model.settings import ROOT
 
 LOG_DIR = ROOT / ".mnp" / "check"
-# Test files that run in the "heavy" shard; the other shard runs every other test.
-HEAVY = ("tests/test_cuda_tcp.py", "tests/test_malformed.py", "tests/integration/test_slurm_pyxis.py",
-         "tests/integration/test_elastic_cluster.py")
+# Measured on the project's 2-core machine (README, "Tests"): 4 workers finish well before 2.
+WORKERS = 4
+WORKERS_VARIABLE = "MNP_CHECK_WORKERS"
 COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
 # The skip ledger's summary line (tests/skip_ledger.py).
 SKIPS = re.compile(r"^skips: (\d+) \((\d+) declared in \S+, (\d+) undeclared\)$", re.MULTILINE)
 LEDGER_PLUGIN = ["-p", "tests.skip_ledger"]
 WORKFLOWS = ".github/workflows"
-
-
-@dataclass
-class Shard:
-    name: str
-    args: list[str]
-    log: Path = field(init=False)
-    proc: subprocess.Popen | None = None
-    started: float = 0.0
-    ended: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.log = LOG_DIR / f"{self.name}.log"
-
-
-def shards() -> list[Shard]:
-    rest = [arg for path in HEAVY for arg in ("--ignore", path)]
-    return [Shard("heavy", [*HEAVY]), Shard("rest", ["tests", "images", *rest])]
+TEST_PATHS = ["tests", "images"]
 
 
 def check(pytest_args: str) -> None:
@@ -78,7 +65,25 @@ def check(pytest_args: str) -> None:
                             "see the UNDECLARED SKIP lines)")
         print("== all checks passed")
     else:
-        run_shards(pytest, shards())
+        run_suite([*pytest, *suite_args(workers())])
+
+
+def workers() -> int:
+    """``WORKERS``, or ``MNP_CHECK_WORKERS`` when set (a whole number; 0: no workers)."""
+    text = os.environ.get(WORKERS_VARIABLE, "").strip()
+    if not text:
+        return WORKERS
+    if not text.isdigit():
+        raise UserError(f"{WORKERS_VARIABLE}={text!r}: expected a whole number of pytest workers "
+                        "(0 runs one process)")
+    return int(text)
+
+
+def suite_args(count: int) -> list[str]:
+    """pytest's arguments for the whole suite with ``count`` xdist workers."""
+    parallel = ["-n", str(count), "--dist", "loadgroup"] if count else []
+    return [*parallel, "--durations=0", "--durations-min=1.0",
+            f"--junitxml={(LOG_DIR / 'junit.xml').relative_to(ROOT)}", *TEST_PATHS]
 
 
 def static_steps() -> list[tuple[str, list[str]]]:
@@ -97,57 +102,51 @@ def static_steps() -> list[tuple[str, list[str]]]:
     return [(name, [str(bin_dir / command[0]), *command[1:]]) for name, command in steps]
 
 
-def run_shards(pytest: list[str], parts: list[Shard]) -> None:
-    """Start every shard, print each one's log as it ends, then the summed counts."""
+def run_suite(command: list[str]) -> None:
+    """Run pytest, printing its output as it comes and keeping it in ``.mnp/check/pytest.log``;
+    then the skips and pytest's counts (the last line)."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    for shard in parts:
-        command = [*pytest, "--durations=15", *shard.args]
-        print(f"== pytest ({shard.name}): {' '.join(command)}  > {shard.log}", flush=True)
-        with shard.log.open("w", encoding="utf-8") as log:
-            shard.started = time.monotonic()
-            shard.proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    pending = list(parts)
-    while pending:
-        for shard in list(pending):
-            if shard.proc is not None and shard.proc.poll() is not None:
-                shard.ended = time.monotonic()
-                pending.remove(shard)
-                print(f"== pytest ({shard.name}) ended with {shard.proc.returncode} after "
-                      f"{shard.ended - shard.started:.0f} s:", flush=True)
-                sys.stdout.write(shard.log.read_text(encoding="utf-8", errors="replace"))
-                sys.stdout.flush()
-        time.sleep(1)
-    failed = [shard.name for shard in parts if shard.proc is None or shard.proc.returncode]
-    total, undeclared = skip_counts(parts)
-    if not failed:
+    log_path = LOG_DIR / "pytest.log"
+    print(f"== pytest: {' '.join(command)}  (log: {log_path.relative_to(ROOT)})", flush=True)
+    started = time.monotonic()
+    with log_path.open("w", encoding="utf-8") as log:
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace")
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            log.write(line)
+        code = proc.wait()
+    sys.stdout.flush()
+    text = log_path.read_text(encoding="utf-8", errors="replace")
+    total, undeclared = skip_counts(text)
+    print(f"== pytest ended with {code} after {time.monotonic() - started:.0f} s")
+    if not code:
         print("== all checks passed")
     print(f"== skips: {total}, {undeclared} of them undeclared (tests/expected_skips.yaml)")
-    print(f"check: {summed(parts)}", flush=True)  # last: the line CI reads
-    if failed:
+    print(f"check: {summed(text)}", flush=True)  # last: the line CI reads
+    if code:
         because = f"; {undeclared} undeclared skips (UNDECLARED SKIP lines)" if undeclared else ""
-        raise UserError(f"check failed at step pytest (shard {', '.join(failed)}{because}; logs "
-                        f"in {LOG_DIR.relative_to(ROOT)}/)")
+        raise UserError(f"check failed at step pytest (exit {code}{because}; log in "
+                        f"{log_path.relative_to(ROOT)})")
 
 
-def skip_counts(parts: list[Shard]) -> tuple[int, int]:
-    """All skips and the undeclared ones, summed over the shards' skip-ledger lines."""
+def skip_counts(text: str) -> tuple[int, int]:
+    """All skips and the undeclared ones, from the skip ledger's line(s) in pytest's output."""
     total = undeclared = 0
-    for shard in parts:
-        text = shard.log.read_text(encoding="utf-8", errors="replace") if shard.log.exists() else ""
-        for count, _, missing in SKIPS.findall(text):
-            total, undeclared = total + int(count), undeclared + int(missing)
+    for count, _, missing in SKIPS.findall(text):
+        total, undeclared = total + int(count), undeclared + int(missing)
     return total, undeclared
 
 
-def summed(parts: list[Shard]) -> str:
-    """'N passed, N failed, N skipped' over every shard's closing line."""
+def summed(text: str) -> str:
+    """'N passed, N failed, N skipped' from pytest's closing line."""
     totals = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
-    for shard in parts:
-        lines = shard.log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
-        closing = lines[-1] if lines else ""
-        for count, word in COUNTS.findall(closing):
-            key = "errors" if word.startswith("error") else word
-            if key in totals:
-                totals[key] += int(count)
+    lines = text.strip().splitlines()
+    closing = lines[-1] if lines else ""
+    for count, word in COUNTS.findall(closing):
+        key = "errors" if word.startswith("error") else word
+        if key in totals:
+            totals[key] += int(count)
     text = f"{totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped"
     return text + (f", {totals['errors']} errors" if totals["errors"] else "")

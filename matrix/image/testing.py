@@ -3,7 +3,9 @@
 For every layer of a stack, ``images/<component>/test_*.py`` runs under pytest with testinfra's
 docker backend against a fresh container of the layer's own image (so a layer is tested before
 anything above it can hide a problem); the stack-level tests in ``images/_stack/`` run against the
-final image. Results are reported per layer. Every run is recorded by the final image's ID
+final image. Results are reported per layer. A layer that has test files but where no test
+passed (all skipped, or none collected) fails the run like a failing test: a layer whose tests
+cannot run against its image is not tested. Every run is recorded by the final image's ID
 (:mod:`matrix.image.testrecord`): ``started`` before the first test, then ``passed`` or
 ``failed``, and ``invoke push`` requires the latest run of that image to have passed.
 """
@@ -40,8 +42,23 @@ class LayerTests:
     note: str = ""
 
     @property
+    def ran_nothing(self) -> bool:
+        """It has test files, yet no test passed or failed (all skipped, or none collected)."""
+        return self.note != NO_TESTS and self.passed == 0 and self.failed == 0
+
+    @property
     def ok(self) -> bool:
-        return self.failed == 0
+        return self.failed == 0 and not self.ran_nothing
+
+    def why_not_ok(self) -> str:
+        if self.failed:
+            return f"{self.layer.name} ({self.failed} failed)"
+        if self.skipped:
+            return f"{self.layer.name} (all {self.skipped} tests skipped)"
+        return f"{self.layer.name} (no test collected)"
+
+
+NO_TESTS = "no tests"  # a layer without test files (a component that has none)
 
 
 def test_files(component: str, images: Path = IMAGES) -> list[Path]:
@@ -79,11 +96,16 @@ def run_stack_tests(client: docker.DockerClient, plan: Plan, stack: str,
     testrecord.record_start(final_id, stack, state)
     results = _run_chain(client, plan, stack, chain, console, images)
     _table(console, stack, results)
-    failed = [r for r in results if not r.ok]
-    if failed:
+    failed = [r for r in results if r.failed]
+    empty = [r for r in results if r.ran_nothing]
+    if failed or empty:
         testrecord.record_failure(final_id, stack, state)
-        raise UserError(f"stack {stack}: tests failed in "
-                        f"{', '.join(r.layer.name for r in failed)}")
+        parts = []
+        if failed:
+            parts.append(f"tests failed in {', '.join(r.layer.name for r in failed)}")
+        if empty:
+            parts.append(f"no test ran in {', '.join(r.why_not_ok() for r in empty)}")
+        raise UserError(f"stack {stack}: {'; '.join(parts)}")
     testrecord.record_pass(final_id, stack, state)
     return results
 
@@ -94,7 +116,7 @@ def _run_chain(client: docker.DockerClient, plan: Plan, stack: str, chain: list[
     for index, layer in enumerate(chain, start=1):
         files = test_files(layer.component, images)
         if not files:
-            results.append(LayerTests(layer, note="no tests"))
+            results.append(LayerTests(layer, note=NO_TESTS))
             continue
         console.print(f"[{index}/{len(chain)}] testing {layer.name} ({len(files)} file(s))")
         result = _run_layer(client, layer, files, layer_description(plan, stack, layer))
@@ -122,8 +144,10 @@ def _run_layer(client: docker.DockerClient, layer: Layer, files: list[Path],
                        "junit_family=xunit2", *map(str, files)]
             proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
             _count(result, junit)
-            if proc.returncode not in (0, 5) or (proc.returncode and not result.failed):
-                result.failed = max(result.failed, 1)
+            # 5: pytest collected no test, which ran_nothing reports; any other non-zero exit
+            # without a failed test in the report (a collection error) is a failure
+            if proc.returncode not in (0, 5) and not result.failed:
+                result.failed = 1
             if not result.ok:
                 sys.stdout.write(proc.stdout[-6000:])
                 sys.stderr.write(proc.stderr[-2000:])
@@ -151,7 +175,7 @@ def _table(console: Console, stack: str, results: list[LayerTests]) -> None:
     for column in ("layer", "passed", "failed", "skipped", "time", "result"):
         table.add_column(column)
     for r in results:
-        verdict = r.note if r.note == "no tests" else ("ok" if r.ok else "FAILED")
+        verdict = r.note if r.note == NO_TESTS else ("ok" if r.ok else "FAILED")
         table.add_row(r.layer.name, str(r.passed), str(r.failed), str(r.skipped),
                       f"{r.seconds:.0f} s", verdict)
     console.print(table)

@@ -30,7 +30,7 @@ def _step(name: str) -> list[str]:
 @pytest.fixture(scope="module")
 def ci_selection():
     """What each pytest run of ci.yml selects, every collected test, and the tree's modules."""
-    runs = workflow_jobs.pytest_runs(load_workflow(WORKFLOWS / "ci.yml"))
+    runs = workflow_jobs.pytest_runs(workflow_jobs.pull_request_jobs(load_workflow(WORKFLOWS / "ci.yml")))
     return (workflow_jobs.selections(runs), workflow_jobs.collected([]),
             workflow_jobs.tree_modules())
 
@@ -59,6 +59,63 @@ def test_each_pytest_job_selects_tests_no_other_job_does(ci_selection):
     _, files = workflow_jobs.uncovered(without_slurm, everything, modules)
     assert {"tests/integration/test_slurm_cluster.py",
             "tests/integration/test_slurm_entrypoint.py"} <= files
+
+
+def test_every_check_step_fails_its_job_when_its_check_fails():
+    """Each step of ci.yml that runs a check, run with its checks failing, fails; and nothing
+    lets a failed step or job pass the run (continue-on-error, an if on a check step)."""
+    found = workflow_jobs.gates(load_workflow(WORKFLOWS / "ci.yml"))
+    labels = {gate.label for gate in found}
+    assert {"unit: step 'python -m pytest -p tests.skip_ledger -n 4 --dist loadgroup -m \"not "
+            "docker and not slow\"'", "cpu-tcp: step 'invoke test --stack cpu-tcp'",
+            "rendered: step 'No rendered file differs from the commit'"} <= labels, labels
+    assert len([gate for gate in found if gate.job == "slow"]) == 6
+    assert len([gate for gate in found if gate.job == "layers"]) == 5
+    not_gating = [f"{gate.label}: {gate.why_not}" for gate in found if gate.why_not]
+    assert not not_gating, not_gating
+
+
+@pytest.mark.parametrize("edit, why", [
+    ("unit pytest || true", "python failed and the step still passed"),
+    ("slow continue-on-error", "the job has continue-on-error: True"),
+    ("cpu-tcp echo invoke test", "no check runs: the step passes without calling one"),
+    ("lint ruff continue-on-error", "the step has continue-on-error: True"),
+    ("unit pytest piped to tee", "python failed and the step still passed"),
+])
+def test_each_way_to_stop_a_check_gating_is_reported(edit, why):
+    ci = load_workflow(WORKFLOWS / "ci.yml")
+    jobs = ci["jobs"]
+    unit_step = next(step for step in jobs["unit"]["steps"] if "pytest" in step.get("run", ""))
+    if edit == "unit pytest || true":
+        unit_step["run"] += " || true"
+    elif edit == "unit pytest piped to tee":  # bash -e without pipefail: tee's 0 wins
+        unit_step["run"] += " | tee pytest.log"
+    elif edit == "slow continue-on-error":
+        jobs["slow"]["continue-on-error"] = True
+    elif edit == "cpu-tcp echo invoke test":
+        step = next(step for step in jobs["cpu-tcp"]["steps"] if "invoke test" in step.get("run", ""))
+        step["run"] = "echo " + step["run"]
+    else:
+        step = next(step for step in jobs["lint"]["steps"] if step.get("run") == "ruff check .")
+        step["continue-on-error"] = True
+    not_gating = [gate for gate in workflow_jobs.gates(ci) if gate.why_not]
+    assert not_gating and all(gate.why_not == why for gate in not_gating), not_gating
+
+
+def test_every_pytest_run_of_every_workflow_loads_the_skip_ledger():
+    """An undeclared skip (a tool missing on the runner) fails the job, as under invoke check."""
+    for path in sorted(WORKFLOWS.glob("*.yml")):
+        for run in workflow_jobs.pytest_runs(load_workflow(path)):
+            pairs = list(zip(run.args, run.args[1:]))
+            assert ("-p", "tests.skip_ledger") in pairs, f"{path.name} {run.label}: {run.args}"
+
+
+def test_the_full_fuzz_runs_on_the_schedule_only():
+    ci = load_workflow(WORKFLOWS / "ci.yml")
+    assert ci["on"]["schedule"] and ci["jobs"]["fuzz-full"]["env"]["MNP_FUZZ_EXAMPLES"] == "10000"
+    assert "fuzz-full" not in workflow_jobs.pull_request_jobs(ci)["jobs"]
+    (run,) = workflow_jobs.pytest_runs({"jobs": {"f": ci["jobs"]["fuzz-full"]}})
+    assert "tests/test_malformed.py" in run.args
 
 
 def test_the_slow_groups_run_on_pull_requests_as_root_with_their_tools():

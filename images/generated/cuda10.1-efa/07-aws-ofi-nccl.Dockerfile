@@ -30,5 +30,10 @@ LABEL io.github.mnp-stacks.component.aws-ofi-nccl="1.6.0"
 COPY --from=builder /opt/aws-ofi-nccl /opt/aws-ofi-nccl
 ENV LD_LIBRARY_PATH=/opt/aws-ofi-nccl/lib:$LD_LIBRARY_PATH
 RUN test -e /opt/aws-ofi-nccl/lib/libnccl-net.so \
- && grep -qa "1.6.0" /opt/aws-ofi-nccl/lib/libnccl-net.so \
+ && said="$(LC_ALL=C grep -m 1 -aoE 'Initializing aws-ofi-nccl [!-~]{1,64}' /opt/aws-ofi-nccl/lib/libnccl-net.so | sed -n 1p || true)" \
+ && said="${said#Initializing aws-ofi-nccl }" \
+ && case "$said" in \
+      1.6.0|v1.6.0|1.6.0[!0-9.]*|v1.6.0[!0-9.]*) ;; \
+      *) echo "aws-ofi-nccl 1.6.0: the plugin's init message names '${said:-nothing}', not release 1.6.0 (the entrypoint's probe reads the release from it)" >&2; exit 1 ;; \
+    esac \
  && ! ldd /opt/aws-ofi-nccl/lib/libnccl-net.so | grep -v "libcuda\.so" | grep -q "not found"

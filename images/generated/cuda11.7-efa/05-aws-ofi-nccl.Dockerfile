@@ -34,5 +34,10 @@ RUN apt-get update \
 COPY --from=builder /opt/aws-ofi-nccl /opt/aws-ofi-nccl
 ENV LD_LIBRARY_PATH=/opt/aws-ofi-nccl/lib:$LD_LIBRARY_PATH
 RUN test -e /opt/aws-ofi-nccl/lib/libnccl-net.so \
- && grep -qa "1.7.4" /opt/aws-ofi-nccl/lib/libnccl-net.so \
+ && said="$(LC_ALL=C grep -m 1 -aoE 'Initializing aws-ofi-nccl [!-~]{1,64}' /opt/aws-ofi-nccl/lib/libnccl-net.so | sed -n 1p || true)" \
+ && said="${said#Initializing aws-ofi-nccl }" \
+ && case "$said" in \
+      1.7.4|v1.7.4|1.7.4[!0-9.]*|v1.7.4[!0-9.]*) ;; \
+      *) echo "aws-ofi-nccl 1.7.4: the plugin's init message names '${said:-nothing}', not release 1.7.4 (the entrypoint's probe reads the release from it)" >&2; exit 1 ;; \
+    esac \
  && ! ldd /opt/aws-ofi-nccl/lib/libnccl-net.so | grep -v "libcuda\.so" | grep -q "not found"
