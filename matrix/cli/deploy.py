@@ -233,7 +233,7 @@ def _refuse_problems(matrix: Matrix, stack: str, instance_type: str, nodes: int,
     from matrix.deploy import explain as ex
 
     problems = ex.explain(matrix, stack, instance_type, nodes, launcher, command,
-                          scheduler=scheduler).plan.problems
+                          scheduler=scheduler).plan.stops()
     if problems:
         raise UserError(f"stack {stack} with launcher {launcher} on {nodes} x {instance_type} "
                         f"under {scheduler}: " + SEPARATOR.join(problems) + " (a real run stops "
@@ -327,6 +327,6 @@ def explain(stacks_file: str, stacks: Any, instance_type: str | None, nodes: Any
         print(result.json())
     else:
         print(result.text())
-    if result.plan.problems:
+    if result.plan.stops():
         # a real run stops at these: a script or CI calling explain must see it fail
         sys.exit(EXIT_CANNOT)
