@@ -184,6 +184,7 @@ def sbatch(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
     # with srun --mpi=pmix every task is one rank: the plan to check is mpirun's (what the ranks
     # need from the stack); otherwise the entrypoint runs once per node of a Slurm step
     scheduler = "batch" if launcher in sb.PER_RANK and ranks == "srun" else "slurm"
+    sb.check_command(launcher, options.nodes(require(nodes, "--nodes", "2")), command)
     given = _generator_input("sbatch", "the srun line's command", stacks_file, stacks, nodes,
                              instance_type, launcher, output, command, mounts,
                              scheduler=scheduler)
