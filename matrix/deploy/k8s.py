@@ -40,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from entrypoint.core.limits import MAX_NODES
 from matrix.deploy import crds
 from matrix.deploy.jobdef import (
     DEFAULT_ATTEMPTS,
@@ -199,8 +200,10 @@ def parse_elastic(text: str | None, nodes: int) -> tuple[int, int] | None:
     if not match:
         raise UsageError(f"--elastic {text!r}: expected MIN:MAX node counts, e.g. --elastic 2:4")
     low, high = int(match.group(1)), int(match.group(2))
-    if not 1 <= low <= high:
-        raise UsageError(f"--elastic {text}: need 1 <= MIN <= MAX")
+    if not 1 <= low <= high <= MAX_NODES:
+        # every pod's entrypoint refuses PET_NNODES beyond its node limit (exit 2)
+        raise UsageError(f"--elastic {text}: need 1 <= MIN <= MAX <= {MAX_NODES} (the "
+                         "entrypoint's node limit)")
     if not low <= nodes <= high:
         raise UsageError(f"--elastic {text}: --nodes {nodes} (the pods started first) must be "
                          f"between {low} and {high}")
