@@ -118,8 +118,9 @@ def _attempt_and_health(plan, env, cfg, facts):
     env.set("MNP_ATTEMPT", str(cfg.attempt), "which attempt of the job this is (1 first): above "
             "1, resume from your last checkpoint", cfg.attempt_source)
     kind = plan.fabric["kind"]
-    plan.health = health.plan_record(cfg.health, health.checks(cfg.health, facts, kind), kind,
-                                     facts.accelerator, facts.instance_type)
+    results = health.checks(cfg.health, facts, kind, _runs_ranks(cfg))
+    plan.health = health.plan_record(cfg.health, results, kind, facts.accelerator,
+                                     facts.instance_type)
     if cfg.health == "full" and cfg.num_nodes > 1 and not facts.versions.get("pytorch"):
         plan.problems.append("MNP_HEALTH=full needs PyTorch in the image (the bandwidth probe "
                              "runs torch.distributed); use MNP_HEALTH=basic")

@@ -16,6 +16,7 @@ import re
 import shlex
 
 from .. import schedulers
+from ..probe import health
 
 PLAN_VERSION = 2  # 2: "mca" entries are [name, value, source]; MPI parameters are OMPI_MCA_*
 # Names that likely hold a secret: any of these words in the name ...
@@ -110,6 +111,14 @@ class Plan(object):
             "environment": dict((k, redact(k, v)) for k, v in self.environment.items()),
         }
 
+    def stops(self):
+        """What stops a real run of this plan, one line each: its problems, then the start-up
+        health checks that fail (the gate stops the node with the infrastructure code). The dry
+        run exits 1 when there is any, as ``invoke explain`` does."""
+        checks = (self.health or {}).get("checks") or []
+        return list(self.problems) + ["health check failed: " + line
+                                      for line in health.failed(checks)]
+
     def value(self, name):
         """The value the entrypoint sets for ``name`` (``None`` when it sets none)."""
         for entry in self.env:
@@ -175,8 +184,10 @@ class Plan(object):
             return []
         lines = ["health (MNP_HEALTH=%s): %s" % (gate["mode"], "no checks" if gate["mode"] ==
                                                  "off" else gate["free_space"])]
-        lines.extend("  health check: %s found %s, expected >= %s (%s)"
-                     % (c["check"], c["found"], c["expected"], c["row"]) for c in gate["checks"])
+        lines.extend("  health check: %s found %s, expected >= %s (%s)%s"
+                     % (c["check"], c["found"], c["expected"], c["row"],
+                        "" if c["ok"] else ": FAILS (a real run stops here)")
+                     for c in gate["checks"])
         probe = gate.get("bandwidth")
         if probe:
             lines.append("  bandwidth probe (%s, at most %gs): %d MiB ring links >= %g Gbit/s "

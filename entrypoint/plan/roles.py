@@ -66,6 +66,8 @@ def launcher_command(plan: Any, cfg: Any, own: str, command: List[str]) -> str:
     be right on nodes whose addresses only the rendezvous learns."""
     explicit = cfg.launcher_explicit
     if explicit and cfg.launcher == launchers.AS_IS:
+        if _every_node_unwired(cfg):
+            plan.problems.append(_as_is_on_every_node(cfg, own, command))
         return launchers.AS_IS
     if not explicit and not (cfg.rendezvous and cfg.mode in ("main", "child")):
         plan.notes.append("the command starts %s itself: run as is%s (to have the entrypoint "
@@ -77,13 +79,40 @@ def launcher_command(plan: Any, cfg: Any, own: str, command: List[str]) -> str:
     return cfg.launcher
 
 
+def _every_node_unwired(cfg: Any) -> bool:
+    """True on a node of a multi-node step whose scheduler started one entrypoint per node and
+    gives a launcher nothing to reach the other nodes with (a Slurm step: it has a
+    ``wiring_id``, which only ``settings.wiring`` turns into a rendezvous, and not for ``none``):
+    a command run as is there runs on every node, each time alone."""
+    node = cfg.node
+    return (cfg.mode in ("main", "child") and not cfg.rendezvous and cfg.num_nodes > 1
+            and node is not None and node.wiring_id is not None)
+
+
+def _as_is_on_every_node(cfg: Any, own: str, command: List[str]) -> str:
+    """The one line for ``MNP_LAUNCHER=none`` with a launcher command on such a step: what works
+    instead (the program alone with the launcher's unit, which wires the nodes where it must)."""
+    unit = launchers.command_unit(command) or launchers.ROLE_DEFAULTS["launcher"]
+    how = ("the entrypoints wire the step's nodes and node 0 runs it over the job's own SSH"
+           if not launchers.UNITS[unit].starts_without_ssh else
+           "every node runs it with its own node rank and the master from the node list")
+    return ("the command starts %s itself and MNP_LAUNCHER=none runs it as is on each of the %d "
+            "nodes of this %s step, with no hostfile, SSH or secret: %d separate jobs. Give the "
+            "program alone (e.g. -- python3 train.py) with MNP_LAUNCHER=%s (%s; its own options "
+            "in MNP_LAUNCHER_ARGS); MNP_LAUNCHER=none is for a program every task runs itself"
+            % (own, cfg.num_nodes, cfg.node.scheduler, cfg.num_nodes, unit, how))
+
+
 def _nested(cfg: Any, own: str, command: List[str]) -> str:
     """The one line for a launcher command the entrypoint would wrap in another launcher."""
     why = ("MNP_LAUNCHER=%s" % cfg.launcher if cfg.launcher_explicit
            else "MNP_LAUNCHER's default where the entrypoint wires the nodes")
     suggest = launchers.command_unit(command) or cfg.launcher
     as_is = ", or set MNP_LAUNCHER=%s to run the command as is" % launchers.AS_IS
-    if not cfg.rendezvous:
+    if cfg.node is not None and cfg.node.wiring_id is not None:
+        # a Slurm step: there none wires nothing and runs the command on every node
+        as_is = ""
+    elif not cfg.rendezvous:
         as_is += " with the scheduler's variables"
     elif launchers.UNITS[suggest].reaches_hosts:  # one process on the main node reaches all
         as_is += (" on the main node, with the job's hostfile and SSH ready (only the variables "

@@ -78,13 +78,19 @@ def _row(instance_type, field, value):
     return "%s row %s: %s %s" % (TABLE, instance_type, field, value)
 
 
-def checks(mode, facts, fabric_kind):
+def checks(mode, facts, fabric_kind, runs_ranks=True):
     """The basic checks for the plan: ``[{"check", "found", "expected", "row", "ok"}]``; empty
-    when ``mode`` is off or the instance type (and so its row) is unknown."""
+    when ``mode`` is off or the instance type (and so its row) is unknown.
+
+    A node that runs no ranks (an MPIJob launcher pod) has no check against the row: the row
+    describes the nodes its launcher reaches, not this one. The operator gives the launcher no
+    ``nvidia.com/gpu`` or EFA device and blanks ``NVIDIA_VISIBLE_DEVICES``, and ``invoke k8s``
+    pins it to no instance type, so its GPUs, EFA devices and ``/dev/shm`` say nothing about the
+    job (the EFA preflight is skipped there for the same reason: ``preflight.checks``)."""
     if mode == "off":
         return []
     row = promise(facts.instance_type)
-    if row is None:
+    if row is None or not runs_ranks:
         return []
     itype = facts.instance_type
     out = []
@@ -97,13 +103,18 @@ def checks(mode, facts, fabric_kind):
     if row["efa"] and fabric_kind == "efa":
         out.append(_count("EFA devices", len(facts.efa_devices), row["efa"],
                           "/dev/infiniband/uverbs*", _row(itype, "efa_interfaces", row["efa"])))
-    if facts.shm_bytes is not None:
-        found = facts.shm_bytes >> 20
-        # tmpfs sizes are rounded to pages: allow 1 %
-        out.append({"check": "/dev/shm MiB", "found": found, "expected": row["shm_mib"],
-                    "where": "statvfs /dev/shm", "row": _row(itype, "shm_mib", row["shm_mib"]),
-                    "ok": found * 100 >= row["shm_mib"] * 99})
-    return out
+    return out + _shm(facts, row, itype)
+
+
+def _shm(facts, row, itype):
+    """The ``/dev/shm`` check, where the node's size is known."""
+    if facts.shm_bytes is None:
+        return []
+    found = facts.shm_bytes >> 20
+    # tmpfs sizes are rounded to pages: allow 1 %
+    return [{"check": "/dev/shm MiB", "found": found, "expected": row["shm_mib"],
+             "where": "statvfs /dev/shm", "row": _row(itype, "shm_mib", row["shm_mib"]),
+             "ok": found * 100 >= row["shm_mib"] * 99}]
 
 
 def _count(what, found, expected, where, row):

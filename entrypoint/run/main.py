@@ -162,7 +162,7 @@ class Runner(BatchNodes):
             out(json.dumps(plan.to_dict(), indent=2, sort_keys=True))
         else:
             out(plan.text())
-        return 1 if plan.problems else 0
+        return 1 if plan.stops() else 0
 
     @property
     def node(self):

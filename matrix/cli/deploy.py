@@ -184,6 +184,7 @@ def sbatch(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
     # with srun --mpi=pmix every task is one rank: the plan to check is mpirun's (what the ranks
     # need from the stack); otherwise the entrypoint runs once per node of a Slurm step
     scheduler = "batch" if launcher in sb.PER_RANK and ranks == "srun" else "slurm"
+    sb.check_command(launcher, options.nodes(require(nodes, "--nodes", "2")), command)
     given = _generator_input("sbatch", "the srun line's command", stacks_file, stacks, nodes,
                              instance_type, launcher, output, command, mounts,
                              scheduler=scheduler)
@@ -233,7 +234,7 @@ def _refuse_problems(matrix: Matrix, stack: str, instance_type: str, nodes: int,
     from matrix.deploy import explain as ex
 
     problems = ex.explain(matrix, stack, instance_type, nodes, launcher, command,
-                          scheduler=scheduler).plan.problems
+                          scheduler=scheduler).plan.stops()
     if problems:
         raise UserError(f"stack {stack} with launcher {launcher} on {nodes} x {instance_type} "
                         f"under {scheduler}: " + SEPARATOR.join(problems) + " (a real run stops "
@@ -327,6 +328,6 @@ def explain(stacks_file: str, stacks: Any, instance_type: str | None, nodes: Any
         print(result.json())
     else:
         print(result.text())
-    if result.plan.problems:
+    if result.plan.stops():
         # a real run stops at these: a script or CI calling explain must see it fail
         sys.exit(EXIT_CANNOT)

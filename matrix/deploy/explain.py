@@ -41,6 +41,9 @@ EFA_LIBDIRS = ("/opt/amazon/efa/lib", "/opt/amazon/openmpi/lib")
 # The EFA installer's own copy of aws-ofi-nccl (installers >= 1.38.0).
 EFA_PLUGIN_DIR = "/opt/amazon/ofi-nccl/lib"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# what the image gives every job: its PATH, root's HOME, and the PYTHONPATH that
+# /usr/local/bin/mnp-entrypoint sets (docs/entrypoint.md "Image contract")
+IMAGE_ENV = {"PATH": PATH, "HOME": "/root", "PYTHONPATH": "/opt/mnp/lib"}
 PLACEHOLDER_COMMAND = ["python3", "train.py"]
 # What ``--scheduler`` accepts: the schedulers a job is submitted to (``rank`` and ``single`` are
 # what the entrypoint finds inside a job, not schedulers to explain a job for).
@@ -249,9 +252,7 @@ def _main_node_environment(settings: dict[str, str], nodes: int, launcher: str |
                            scheduler: str, rdzv: str | None) -> dict[str, Any]:
     """What node 0 sees: the image's variables, the ``MNP_*`` ``settings`` invoke jobdef writes
     and the variables ``scheduler``'s adapter example gives it."""
-    # what the image gives every job: its PATH, root's HOME, and the PYTHONPATH that
-    # /usr/local/bin/mnp-entrypoint sets (docs/entrypoint.md "Image contract")
-    env: dict[str, Any] = {"PATH": PATH, "HOME": "/root", "PYTHONPATH": "/opt/mnp/lib"}
+    env: dict[str, Any] = dict(IMAGE_ENV)
     env.update(settings)
     if launcher is None:
         del env["MNP_LAUNCHER"]
@@ -281,6 +282,11 @@ def _scheduled_plan(env: dict[str, Any], facts: NodeFacts, command: list[str], s
     plan.role = json.loads(text)
     plan.environment["OMPI_MCA_orte_default_hostfile"] = mounted
     return plan
+
+
+def plan_for(env: dict[str, Any], facts: NodeFacts, command: list[str]) -> ep_plan.Plan:
+    """``make_plan`` on ``env`` and ``facts``, with the hostfiles the node's dry run names."""
+    return _plan(env, facts, command)
 
 
 def _plan(env: dict[str, Any], facts: NodeFacts, command: list[str]) -> ep_plan.Plan:

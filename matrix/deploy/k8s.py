@@ -40,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from entrypoint.core.limits import MAX_NODES
 from matrix.deploy import crds
 from matrix.deploy.jobdef import (
     DEFAULT_ATTEMPTS,
@@ -126,15 +127,33 @@ _ELASTIC = re.compile(r"^(\d+):(\d+)$")
 # `$$` comes out as one `$` and can never start a reference, so the container sees exactly what
 # was typed (tests/publish/test_k8s_expansion.py runs a port of Expand over arbitrary commands).
 _DOLLAR = "$"
-# Retries (issue 24): a PyTorchJob's replicas use the training-operator's ExitCode policy, which
-# deletes and recreates a pod that failed with a code of 128-255 (the entrypoint's infrastructure
-# code 200, a signal) and fails the job on 1-127 (a bug: the user's status, or 2 for a bad
-# setting): kubeflow/training-operator pkg/util/train/train_util.go IsRetryableExitCode (at commit
-# 07a4a89697d80501695ae59f2d9a22aa27fd5044) and pkg/controller.v1/common/pod.go. runPolicy
-# .backoffLimit is attempts - 1; the operator counts container restarts against it, not pods it
-# recreated (kubeflow/trainer issue 2045, "a specification, not a bug"), so activeDeadlineSeconds
-# is what bounds a failure that keeps coming back.
-RESTART_POLICY = "ExitCode"
+# Retries (issues 24, 32): what bounds a PyTorchJob's runs is what the training-operator counts.
+# - It recreates a pod of an `ExitCode` replica that ended 128-255 and never counts that against
+#   runPolicy.backoffLimit: ReconcilePods deletes the failed pod (pkg/controller.v1/common/pod.go,
+#   "Check if the pod is retryable", :349-366 at 5b2c6c8943fe6a1f8803f268f71ca714316fa6bc) and
+#   PastBackoffLimit sums only the RestartCount of the containers of Running pods (pkg/core/
+#   job.go; older commits' pkg/controller.v1/common/job.go pastBackoffLimit skips every replica
+#   whose policy is not OnFailure or Always), and a recreated pod's containers start at 0
+#   (kubeflow/trainer issue 2045). A trainer killed by the
+#   OOM killer (137) would be recreated without end, so `ExitCode` is not used.
+# - `Never` (--attempts 1): the operator sets the pod's restartPolicy from the replica's
+#   (pkg/core/pod.go SetRestartPolicy: ExitCode becomes Never, the others are copied) and
+#   neither recreates nor restarts a pod that failed under Never: the first failure fails the job.
+# - `OnFailure` (--attempts N > 1): the kubelet restarts the failed container in place, each
+#   restart adds 1 to its RestartCount, and the operator fails the job once the sum over the
+#   job's running pods reaches backoffLimit ("result >= *runPolicy.BackoffLimit", pkg/core/job.go
+#   PastBackoffLimit, :95 at kubeflow/training-operator commit
+#   5b2c6c8943fe6a1f8803f268f71ca714316fa6bc, as kubeflow/trainer issue 2045 cites it, and at
+#   7c7aa9911c73efdab8a33281c58af51c69861678; the same test in pkg/controller.v1/common/job.go
+#   pastBackoffLimit of older commits). A failure that stops every pod restarts each of
+#   them, so backoffLimit is (N - 1) x pods + 1: N - 1 whole restarts run, the N-th failure ends
+#   the job. Limits, from the same source: OnFailure restarts every failure, a bug (1-127) and a
+#   bad setting (2) included, up to the bound; it restarts on the same node (a broken node is not
+#   replaced, so its health check fails again and uses the attempts up); and a pod the node lost
+#   (evicted, phase Failed) is recreated and not counted. runPolicy.activeDeadlineSeconds
+#   (pkg/core/job.go PastActiveDeadline) bounds the job's time on top, where a user wants one.
+RESTART_NEVER = "Never"
+RESTART_ON_FAILURE = "OnFailure"
 # The MPI operator turns ExitCode into a pod restartPolicy Never and lets the launcher's batch Job
 # retry every failure up to backoffLimit (kubeflow/mpi-operator pkg/controller/
 # mpi_job_controller.go, setRestartPolicy and newLauncherJob): it cannot tell a lost node from a
@@ -181,8 +200,10 @@ def parse_elastic(text: str | None, nodes: int) -> tuple[int, int] | None:
     if not match:
         raise UsageError(f"--elastic {text!r}: expected MIN:MAX node counts, e.g. --elastic 2:4")
     low, high = int(match.group(1)), int(match.group(2))
-    if not 1 <= low <= high:
-        raise UsageError(f"--elastic {text}: need 1 <= MIN <= MAX")
+    if not 1 <= low <= high <= MAX_NODES:
+        # every pod's entrypoint refuses PET_NNODES beyond its node limit (exit 2)
+        raise UsageError(f"--elastic {text}: need 1 <= MIN <= MAX <= {MAX_NODES} (the "
+                         "entrypoint's node limit)")
     if not low <= nodes <= high:
         raise UsageError(f"--elastic {text}: --nodes {nodes} (the pods started first) must be "
                          f"between {low} and {high}")
@@ -264,22 +285,31 @@ def pytorchjob(job: Job, elastic: tuple[int, int] | None,
     template = _pod(_container(job, "pytorch"), job)
     replicas: dict[str, Any] = {}
     spec: dict[str, Any] = {"nprocPerNode": str(job.instance.slots_per_node())}
+    policy, backoff = pytorchjob_retries(attempts, job.nodes)
     if elastic is None:
-        replicas["Master"] = {"replicas": 1, "restartPolicy": RESTART_POLICY,
-                              "template": template}
+        replicas["Master"] = {"replicas": 1, "restartPolicy": policy, "template": template}
         if job.nodes > 1:
-            replicas["Worker"] = {"replicas": job.nodes - 1, "restartPolicy": RESTART_POLICY,
+            replicas["Worker"] = {"replicas": job.nodes - 1, "restartPolicy": policy,
                                   "template": template}
     else:
-        replicas["Worker"] = {"replicas": job.nodes, "restartPolicy": RESTART_POLICY,
+        replicas["Worker"] = {"replicas": job.nodes, "restartPolicy": policy,
                               "template": template}
         spec["elasticPolicy"] = {"minReplicas": elastic[0], "maxReplicas": elastic[1],
                                  "rdzvBackend": "c10d", "rdzvId": rdzv_id(job.name),
                                  "maxRestarts": ELASTIC_MAX_RESTARTS}
     spec["pytorchReplicaSpecs"] = replicas
-    spec["runPolicy"] = {"cleanPodPolicy": "None", "backoffLimit": attempts - 1}
+    spec["runPolicy"] = {"cleanPodPolicy": "None", "backoffLimit": backoff}
     return {"apiVersion": crds.CRDS["PyTorchJob"].api_version, "kind": "PyTorchJob",
             "metadata": _metadata(job), "spec": spec}
+
+
+def pytorchjob_retries(attempts: int, pods: int) -> tuple[str, int]:
+    """``(restartPolicy, runPolicy.backoffLimit)`` for ``attempts`` runs of a job of ``pods``
+    pods: ``Never`` and 0 for one run, else ``OnFailure`` and ``(attempts - 1) x pods + 1``
+    container restarts in all (see RESTART_NEVER above)."""
+    if attempts == 1:
+        return RESTART_NEVER, 0
+    return RESTART_ON_FAILURE, (attempts - 1) * pods + 1
 
 
 def trainjob(job: Job) -> dict[str, Any]:
@@ -347,7 +377,7 @@ def build_manifest(
     attempts: int = DEFAULT_ATTEMPTS,
 ) -> dict[str, Any]:
     """The ``kind`` manifest (pytorchjob, trainjob, mpijob) for ``nodes`` x ``instance_type``,
-    validated against the vendored CRD. ``attempts``: a PyTorchJob's runs (see RESTART_POLICY);
+    validated against the vendored CRD. ``attempts``: a PyTorchJob's runs (see RESTART_NEVER);
     an MPIJob or TrainJob has no exit-code retry. Raises :class:`UserError` on bad input."""
     if not 1 <= attempts <= MAX_ATTEMPTS:
         raise UsageError(f"--attempts {attempts}: expected 1 to {MAX_ATTEMPTS}")

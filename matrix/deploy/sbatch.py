@@ -44,7 +44,10 @@ How the tasks are laid out follows the entrypoint's Slurm unit (:func:`layout`):
   ``srun`` the container does not have; node 0 runs mpirun over that SSH. DeepSpeed's runners
   (pdsh or mpirun over SSH) are wired the same way;
 - torchrun, torch.distributed.launch and none: one task per node, which starts the node's
-  processes with the master taken from the node list.
+  processes with the master taken from the node list. ``none`` means every task runs the
+  command itself, with Slurm as its launcher; a command that is itself a launcher (``mpirun
+  ...``) is refused on more than one node (:func:`check_command`): it would run alone on every
+  node.
 
 Every one-task-per-node step says ``--mpi=none``: a site whose ``slurm.conf`` sets
 ``MpiDefault=pmix`` would otherwise give each task ``PMIX_RANK``, and the entrypoint would take the
@@ -72,6 +75,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from entrypoint import launchers
 from entrypoint.core.errors import INFRASTRUCTURE_EXIT
 from matrix.deploy.jobdef import DEFAULT_WAIT_TIMEOUT_S, is_pinned, mnp_environment
 from matrix.deploy.mounts import Mount, pyxis_mounts
@@ -130,6 +134,28 @@ def layout(instance: InstanceType, launcher: str, ranks: str = "srun") -> Layout
     if launcher in PER_RANK and ranks == "srun":
         return Layout(instance.slots_per_node(), True)
     return Layout(1, False, launcher in WIRED_BY_ENTRYPOINT)
+
+
+def check_command(launcher: str, nodes: int, command: Sequence[str]) -> None:
+    """Refuse ``--launcher none`` with a command that is itself a launcher on more than one node.
+
+    Under Slurm ``none`` means one thing: every task (one per node) runs the command itself, with
+    Slurm's variables and the job's ``MNP_*`` settings; Slurm is its launcher. A command that is a
+    launcher (``mpirun ...``, ``deepspeed ...``, ``torchrun ...``) would then run on every node
+    alone, with no hostfile, SSH or secret: as many separate jobs as nodes. The entrypoint's plan
+    refuses it too (``entrypoint/plan/roles.py``); here it is said in the writer's own words."""
+    own = launchers.launcher_command(list(command))
+    if launcher != launchers.AS_IS or nodes < 2 or not own:
+        return
+    unit = launchers.command_unit(list(command)) or PER_RANK[0]
+    how = (f"--launcher {unit} --ranks mpirun (node 0 runs mpirun over the job's own SSH, the "
+           "other nodes serve it) or --launcher mpirun (every task a rank)" if unit in PER_RANK
+           else f"--launcher {unit} (" + ("node 0 runs it over the job's own SSH, the other nodes "
+                                          "serve it)" if unit in WIRED_BY_ENTRYPOINT else
+                                          "every node runs it with its node rank)"))
+    raise UserError(f"--launcher none with a command that starts {own} itself: under Slurm every "
+                    f"task runs the command as is, so {nodes} nodes would each start {own} alone "
+                    f"(no hostfile, SSH or secret); give the program alone with {how}")
 
 
 def enroot_image(image_uri: str) -> str:
@@ -218,6 +244,7 @@ def build_sbatch_script(
         raise UserError(f"--attempts {max_attempts}: a job runs at least once")
     if not command:
         raise UserError("no command given to run on the nodes (put it after --)")
+    check_command(launcher, nodes, command)
     image = enroot_image(image_uri)
     shape = layout(instance, launcher, ranks)
     environment = mnp_environment(instance, launcher, fabric, wait_timeout_s, env)

@@ -11,6 +11,7 @@ from entrypoint.plan import make as plan_mod
 from entrypoint.probe import health
 from entrypoint.probe.facts import NodeFacts
 from entrypoint.run import outcome
+from entrypoint.schedulers import mpijob
 from entrypoint.settings import config
 from matrix.model.instances import INSTANCE_TYPES
 
@@ -159,3 +160,44 @@ def test_every_plan_sets_mnp_attempt():
     entry = [e for e in p.env if e["name"] == "MNP_ATTEMPT"][0]
     assert "resume from your last checkpoint" in entry["reason"]
     assert SimpleNamespace(**p.health).mode == "basic"
+
+
+# -- a node that runs no ranks; the dry run's exit status (issue 32) --------------------------
+
+def _launcher_of_a_gpu_mpijob(local_node, tmp_path):
+    """What a GPU MPIJob's launcher pod sees: the operator's variables and hostfile, the job's
+    MNP_INSTANCE_TYPE (the workers' type), and no GPU or EFA device (this host has none)."""
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("".join(f"job-worker-{i}.job.default.svc slots=8\n" for i in range(3)))
+    bindir = local_node.fake_program("mpirun", "#!/bin/sh\nexit 0\n")
+    env = dict(mpijob.example(3), OMPI_MCA_orte_default_hostfile=str(hostfile),
+               MNP_INSTANCE_TYPE="p4d.24xlarge", MNP_FABRIC="efa", MNP_LAUNCHER="mpirun",
+               MNP_SLOTS_PER_NODE="8", NVIDIA_VISIBLE_DEVICES="")
+    return local_node.env(**env, PATH=f"{bindir}:{os.environ['PATH']}")
+
+
+def test_a_node_that_runs_no_ranks_checks_no_device_against_the_row(local_node, tmp_path):
+    env = _launcher_of_a_gpu_mpijob(local_node, tmp_path)
+    dry = local_node.run(["python3", "train.py"], env=dict(env, MNP_DRY_RUN="json"))
+    plan = json.loads(dry.stdout)
+    assert plan["role"]["mode"] == "launcher"
+    assert plan["health"]["checks"] == [] and plan["problems"] == [], plan["health"]
+    assert dry.returncode == 0, dry.stderr
+    real = local_node.run(["python3", "train.py"], env=env)
+    assert real.returncode == 0, real.stderr  # the stand-in mpirun ran; no exit 200
+
+
+def test_a_failing_health_check_makes_the_dry_run_exit_1(local_node):
+    # a node of a p4d job (it runs ranks) on this host: no GPU, fewer than the row's 8
+    dry = local_node.run(["python3", "t.py"], MNP_DRY_RUN="1", MNP_INSTANCE_TYPE="p4d.24xlarge",
+                         MNP_FABRIC="tcp", MNP_SLOTS_PER_NODE="1")
+    assert dry.returncode == 1, dry.stdout
+    assert ("health check: GPUs found 0, expected >= 8 (matrix/model/instances.yaml row p4d.24xlarge: gpus 8)"
+            ": FAILS (a real run stops here)") in dry.stdout
+    as_json = local_node.run(["python3", "t.py"], MNP_DRY_RUN="json",
+                             MNP_INSTANCE_TYPE="p4d.24xlarge", MNP_FABRIC="tcp",
+                             MNP_SLOTS_PER_NODE="1")
+    assert as_json.returncode == 1
+    assert local_node.run(["python3", "t.py"], MNP_DRY_RUN="1", MNP_INSTANCE_TYPE="p4d.24xlarge",
+                          MNP_FABRIC="tcp", MNP_SLOTS_PER_NODE="1",
+                          MNP_HEALTH="off").returncode == 0

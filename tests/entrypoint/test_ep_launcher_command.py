@@ -88,8 +88,11 @@ def test_an_explicit_launcher_around_a_launcher_command_is_refused_under_every_s
     assert p.problems and p.problems[0].startswith("the command starts torchrun itself and the "
                                                    "entrypoint would start torchrun around it "
                                                    "(MNP_LAUNCHER=torchrun)")
-    assert p.problems[0].endswith("or set MNP_LAUNCHER=none to run the command as is with the "
-                                  "scheduler's variables")
+    if scheduler == "slurm":  # there none would run it alone on every node (issue 32)
+        assert "MNP_LAUNCHER=none" not in p.problems[0]
+    else:
+        assert p.problems[0].endswith("or set MNP_LAUNCHER=none to run the command as is with "
+                                      "the scheduler's variables")
     p = make(env, TORCHRUN)  # unset: the scheduler's PET_*/allocation reach the user's torchrun
     assert p.problems == [] and p.argv == TORCHRUN
 
@@ -110,3 +113,36 @@ def test_the_issue_example_stops_before_anything_starts():
     errors = [line for line in run.stderr.splitlines() if ": error: " in line]
     assert len(errors) == 1 and "the command starts torchrun itself" in errors[0]
     assert "Traceback" not in run.stderr
+
+
+# -- MNP_LAUNCHER=none on a Slurm step of one task per node (issue 32) -----------------------
+
+@pytest.mark.parametrize("index", [0, 2], ids=["node0", "node2"])
+@pytest.mark.parametrize("kind,unit", [("mpirun", "mpirun"), ("deepspeed", "deepspeed"),
+                                       ("torchrun", "torchrun")])
+def test_none_never_runs_a_launcher_command_alone_on_every_node_of_a_slurm_step(index, kind,
+                                                                                unit):
+    env = dict(schedulers.MODULES["slurm"].example(3, index), MNP_LAUNCHER="none")
+    p = make(env, COMMANDS[kind])
+    assert len(p.problems) == 1, p.problems
+    line = p.problems[0]
+    assert line.startswith(f"the command starts {kind} itself and MNP_LAUNCHER=none runs it as "
+                           "is on each of the 3 nodes of this slurm step, with no hostfile, SSH "
+                           "or secret: 3 separate jobs. Give the program alone")
+    assert f"with MNP_LAUNCHER={unit} (" in line and "\n" not in line
+
+
+def test_none_still_runs_a_program_on_every_task_and_a_launcher_on_one_slurm_node():
+    p = make(dict(schedulers.MODULES["slurm"].example(3, 1), MNP_LAUNCHER="none"),
+             ["python3", "train.py"])
+    assert p.problems == [] and p.argv == ["python3", "train.py"]
+    p = make(dict(schedulers.MODULES["slurm"].example(1, 0), MNP_LAUNCHER="none"), MPIRUN)
+    assert p.problems == [] and p.argv == MPIRUN
+
+
+def test_the_refusal_under_a_wired_slurm_step_does_not_suggest_none():
+    env = dict(schedulers.MODULES["slurm"].example(3, 0), MNP_LAUNCHER="mpirun", MNP_SECRET="s")
+    line = make(env, MPIRUN).problems[0]
+    assert line.startswith("the command starts mpirun itself and the entrypoint would start "
+                           "mpirun around it (MNP_LAUNCHER=mpirun)")
+    assert "MNP_LAUNCHER=none" not in line, line

@@ -209,6 +209,9 @@ def test_k8s_writes_a_valid_manifest_with_the_command_word_for_word(tmp_path, ki
     (["--kind", "mpijob", "--elastic", "1:2"], "only --kind pytorchjob has elastic bounds"),
     (["--kind", "pytorchjob", "--elastic", "two"], "--elastic 'two': expected MIN:MAX"),
     (["--kind", "pytorchjob", "--elastic", "3:4"], "--nodes 2 (the pods started first) must be"),
+    # issue 32: every pod would exit 2 (the entrypoint caps PET_NNODES at 10000)
+    (["--kind", "pytorchjob", "--elastic", "1:20000"],
+     "--elastic 1:20000: need 1 <= MIN <= MAX <= 10000 (the entrypoint's node limit)"),
     (["--kind", "pytorchjob", "--pvc", "FSx_PVC:/fsx"], "is not a Kubernetes claim name"),
     (["--kind", "pytorchjob", "--pvc", "fsx-pvc"], "--pvc 'fsx-pvc': expected CLAIM:PATH"),
     (["--kind", "mpijob", "--mount", "/fsx:/root/.ssh"], "under /root/.ssh"),

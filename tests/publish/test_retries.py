@@ -112,22 +112,54 @@ def test_jobdef_attempts_option(tmp_path):
 
 # -- Kubernetes ------------------------------------------------------------------------------------
 
-def operator_restarts(code: int) -> bool:
-    """The training-operator's ExitCode rule (train_util.go IsRetryableExitCode)."""
-    return code >= 128
+def operator_runs(manifest: dict, code: int) -> int:
+    """How many times the training-operator runs a PyTorchJob whose every pod fails with
+    ``code`` on every run, played from its source (kubeflow/training-operator at commit
+    7c7aa9911c73efdab8a33281c58af51c69861678):
+
+    - pkg/core/pod.go SetRestartPolicy: the pod's restartPolicy is the replica's, ``ExitCode``
+      becoming ``Never``;
+    - pod restartPolicy ``OnFailure``: the kubelet restarts the container in place, RestartCount
+      + 1, and the pod stays Running;
+    - pkg/controller.v1/common/pod.go ReconcilePods: a Failed pod of an ``ExitCode`` replica with
+      a code >= 128 (pkg/util/train/train_util.go IsRetryableExitCode) is deleted and recreated
+      (its containers start at RestartCount 0); any other Failed pod fails the job;
+    - pkg/core/job.go PastBackoffLimit: the job fails once the RestartCount summed over its
+      Running pods is >= backoffLimit (> 0 when backoffLimit is 0).
+
+    Stops at 100 runs: a policy the operator never bounds."""
+    spec = manifest["spec"]
+    replicas = spec["pytorchReplicaSpecs"]
+    limit = spec["runPolicy"]["backoffLimit"]
+    policies = {r["restartPolicy"] for r in replicas.values()}
+    (policy,) = policies
+    pods = sum(r["replicas"] for r in replicas.values())
+    restarts = 0
+    for run in range(1, 101):
+        # every pod of this run fails with ``code``
+        if policy == "OnFailure":
+            restarts += pods
+            past = restarts > 0 if limit == 0 else restarts >= limit
+            if past:
+                return run
+        elif policy == "ExitCode" and code >= 128:
+            continue  # recreated: RestartCount starts again at 0, never counted
+        else:
+            return run  # Never, or ExitCode with 1-127: the job fails
+    return 100
 
 
 @pytest.mark.parametrize(("stack", "instance_type"), PAIRS, ids=[f"{s}@{i}" for s, i in PAIRS])
-def test_every_pytorchjob_restarts_on_infrastructure_and_never_on_a_bug(stack, instance_type):
+def test_every_pytorchjob_runs_at_most_its_attempts(stack, instance_type):
+    """Issue 32: with ExitCode the operator recreated a pod that ended 137 or 139 without end."""
     for elastic in (None, (1, 4)):
-        manifest = build_manifest("pytorchjob", stack, 2, instance_type, IMAGE, ["t"],
-                                  fabric=MATRIX.stack(stack).fabric, elastic=elastic, attempts=3)
-        assert crds.errors(manifest) == []  # strictly, against the vendored CRD
-        replicas = manifest["spec"]["pytorchReplicaSpecs"].values()
-        assert {r["restartPolicy"] for r in replicas} == {"ExitCode"}
-        assert manifest["spec"]["runPolicy"]["backoffLimit"] == 2
-    assert operator_restarts(errors.INFRASTRUCTURE_EXIT)
-    assert not operator_restarts(errors.CONFIGURATION_EXIT) and not operator_restarts(3)
+        for attempts in (1, 3):
+            manifest = build_manifest("pytorchjob", stack, 2, instance_type, IMAGE, ["t"],
+                                      fabric=MATRIX.stack(stack).fabric, elastic=elastic,
+                                      attempts=attempts)
+            assert crds.errors(manifest) == []  # strictly, against the vendored CRD
+            for code in (errors.INFRASTRUCTURE_EXIT, 137, 139, errors.CONFIGURATION_EXIT, 3):
+                assert operator_runs(manifest, code) == attempts, (attempts, code)
 
 
 @pytest.mark.parametrize("kind", sorted(set(KINDS) - {"pytorchjob"}))
@@ -152,4 +184,14 @@ def test_k8s_attempts_option_sets_backoff_limit(tmp_path):
     assert proc.returncode == 0, proc.stderr
     manifest = yaml.safe_load(target.read_text())
     assert crds.errors(manifest) == []
-    assert manifest["spec"]["runPolicy"]["backoffLimit"] == 4
+    # OnFailure: (5 - 1) restarts of each of the job's pods, then the fifth failure ends it
+    pods = sum(r["replicas"] for r in manifest["spec"]["pytorchReplicaSpecs"].values())
+    assert manifest["spec"]["runPolicy"]["backoffLimit"] == 4 * pods + 1
+    assert operator_runs(manifest, 137) == 5
+    once = tmp_path / "pj1.yaml"
+    proc = task("k8s", "--kind", "pytorchjob", *PAIR, "--attempts", "1", "--output", str(once))
+    assert proc.returncode == 0, proc.stderr
+    manifest = yaml.safe_load(once.read_text())
+    assert {r["restartPolicy"] for r in manifest["spec"]["pytorchReplicaSpecs"].values()} == \
+        {"Never"}
+    assert operator_runs(manifest, 137) == 1

@@ -368,3 +368,29 @@ def test_slurm_accepts_the_directives(docker_client, cpu_tcp_image, tmp_path, st
                     output
     finally:
         cluster.cleanup()
+
+
+@pytest.mark.parametrize("command,fix", [
+    (["mpirun", "-np", "108", "python3", "train.py"], "--launcher mpirun --ranks mpirun"),
+    (["deepspeed", "train.py"], "--launcher deepspeed (node 0 runs it over the job's own SSH"),
+    (["torchrun", "--nproc_per_node", "8", "train.py"], "--launcher torchrun (every node"),
+    (["horovodrun", "-np", "16", "python3", "train.py"], "--launcher mpirun --ranks mpirun")])
+def test_launcher_none_refuses_a_launcher_command_on_several_nodes(command, fix):
+    """Issue 32: the refusal of a pasted mpirun line used to suggest none, which ran three
+    unwired mpiruns, one per node."""
+    with pytest.raises(UserError) as caught:
+        build_sbatch_script("cuda11.7-efa", 3, "p4d.24xlarge", IMAGE, command, launcher="none")
+    line = str(caught.value)
+    assert line.startswith(f"--launcher none with a command that starts {command[0]} itself: "
+                           "under Slurm every task runs the command as is, so 3 nodes would "
+                           f"each start {command[0]} alone"), line
+    assert fix in line and "\n" not in line
+
+
+def test_launcher_none_runs_a_program_in_every_task_and_a_launcher_on_one_node():
+    script = build_sbatch_script("cpu-tcp", 3, "c5n.18xlarge", IMAGE, ["python3", "t.py"],
+                                 launcher="none")
+    assert exports(script)["MNP_LAUNCHER"] == "none"
+    one = build_sbatch_script("cpu-tcp", 1, "c5n.18xlarge", IMAGE, ["mpirun", "python3", "t.py"],
+                              launcher="none")
+    assert srun_words(one)[-3:] == ["mpirun", "python3", "t.py"]
