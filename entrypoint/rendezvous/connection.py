@@ -34,6 +34,7 @@ from typing import Any, Dict, Optional
 
 from ..core.log import Throttle, log, printable
 from .peers import ACCEPT_BACKOFF, LOOP_TICK, Conn, Peers
+from .states import NodeState
 
 
 class RendezvousError(Exception):
@@ -222,7 +223,7 @@ class Connections(Peers):
         try:
             if mask & selectors.EVENT_READ:
                 self._read(conn)
-            if mask & selectors.EVENT_WRITE and conn.state != "closed":
+            if mask & selectors.EVENT_WRITE and conn.state is not NodeState.CLOSED:
                 self._flush(conn)
         except Exception as exc:
             self._contain(conn, exc)
@@ -234,7 +235,7 @@ class Connections(Peers):
         except Exception:  # even rejecting failed: drop it without a word
             with contextlib.suppress(Exception):
                 self._close(conn, None)
-            conn.state = "closed"
+            conn.state = NodeState.CLOSED
             self._conns.discard(conn)
             self._pending.pop(conn, None)
             with contextlib.suppress(Exception):

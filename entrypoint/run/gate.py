@@ -26,7 +26,7 @@ PROBE_PREFIX = "MNP_BANDWIDTH "
 
 def basic(runner):
     """``None`` when this node passes; else its failure ``Outcome`` (after a Batch child has
-    reported it to the main node)."""
+    reported it to the main node: registered, never ready, its status sent)."""
     try:
         runner.check_preflight()
         check_health(runner)
@@ -35,7 +35,7 @@ def basic(runner):
         if not (cfg.rendezvous and cfg.mode == "child"):
             raise
         log("error: %s" % exc)
-        return runner.report_failed_child(outcome.of_error(exc, runner.node))
+        return runner.batch.report_failed_child(outcome.of_error(exc, runner.node))
     return None
 
 
