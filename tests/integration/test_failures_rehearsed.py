@@ -140,3 +140,24 @@ def test_invoke_run_attempts_stops_on_a_user_failure(cpu_tcp_image):
     assert proc.returncode == 3, (proc.stdout[-2000:], proc.stderr[-2000:])
     attempts = [line for line in proc.stdout.splitlines() if line.startswith("attempt ")]
     assert len(attempts) == 1 and attempts[0].startswith("attempt 1/2: exit 3 (user on node ")
+
+
+PAYLOAD = (b"[main 0/3] kept\n[/fsx/ckpt] saved step 100\n[bold]not bold[/bold]\n"
+           b"\x1b[31mred\x1b[0m\n\xff\xfe not UTF-8\n" + b"y" * 300 + b"\n")
+
+
+@pytest.mark.slow
+def test_invoke_run_passes_node_output_through_a_pipe_unchanged(cpu_tcp_image):
+    """Issue 31: what the job prints reaches a pipe byte for byte (Rich used to read it as
+    markup, and ``[/fsx/ckpt]`` killed the streaming thread), the rehearsal's own lines are one
+    line each however long, and its status is the job's. ``--env`` reaches the nodes."""
+    import base64
+    command = ["sh", "-c", f"echo {base64.b64encode(PAYLOAD).decode()} | base64 -d; "
+               'echo "health=$MNP_HEALTH"; exit 3']
+    proc = subprocess.run([sys.executable, "-m", "invoke", "run", "--stack", "cpu-tcp", "--nodes",
+                           "2", "--env", "MNP_LAUNCHER=none", "--env", "MNP_HEALTH=off", "--",
+                           *command], cwd=ROOT, capture_output=True, timeout=600, check=False)
+    assert proc.returncode == 3, (proc.stdout[-2000:], proc.stderr[-2000:])
+    assert PAYLOAD + b"health=off\n" in proc.stdout, proc.stdout[-3000:]
+    (attempt,) = [line for line in proc.stdout.splitlines() if line.startswith(b"attempt ")]
+    assert len(attempt) > 100 and attempt.startswith(b"attempt 1/1: exit 3 (user on node 0)")
