@@ -76,6 +76,9 @@ class BatchNodes(object):
             except JobFailure as exc:
                 log("error: %s" % exc)
                 ended = outcome.of_error(exc, self.host.node)
+            except rendezvous.ServerFailed as exc:  # its own bug: this node's failure
+                log("error: %s" % exc)
+                ended = outcome.infrastructure(self.host.node, str(exc))
             server.done(ended.code)
             return ended
         finally:

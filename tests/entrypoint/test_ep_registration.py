@@ -8,6 +8,7 @@ what would be started instead of starting it. Each step waits on a state the ser
 (a node's registration state), never on the clock.
 """
 
+import re
 import threading
 import time
 from types import SimpleNamespace
@@ -72,11 +73,11 @@ class RecordingHost(host_interface.NodeHost):
         return outcome.success(self.node)
 
 
-def batch_env(index, port, main_address, tmp_path):
+def batch_env(index, port, main_address, tmp_path, wait="30"):
     env = {"AWS_BATCH_JOB_NODE_INDEX": str(index), "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
            "AWS_BATCH_JOB_NUM_NODES": "3", "AWS_BATCH_JOB_ID": f"job-31#{index}",
            "MNP_SECRET": "s31", "MNP_LAUNCHER": "none", "MNP_RENDEZVOUS_PORT": str(port),
-           "MNP_WAIT_TIMEOUT": "30", "MNP_STATE_DIR": str(tmp_path / f"state{index}")}
+           "MNP_WAIT_TIMEOUT": wait, "MNP_STATE_DIR": str(tmp_path / f"state{index}")}
     if index:
         env["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = main_address
     return env
@@ -176,3 +177,35 @@ def test_the_runner_implements_the_declared_host_interface():
     assert host_interface.missing_names(runner) == []
     with pytest.raises(TypeError, match="NodeHost"):
         BatchNodes(object())
+
+
+def test_a_server_bug_is_the_main_nodes_internal_failure_not_a_rejection(local_node, tmp_path,
+                                                                       monkeypatch, capfd):
+    """Break the server once while it serves a legitimate child: the main node ends the job as
+    infrastructure on node 0 with the traceback in its log; the child is not told it was
+    rejected (that was exit 2, configuration, never retried)."""
+    from entrypoint.rendezvous import registry
+
+    def broken_add(self, conn, info):
+        raise RuntimeError("bug 31 in the registry")
+
+    monkeypatch.setattr(registry.Registry, "add", broken_add)
+    address = local_node.address()
+    port = local_node.free_port()
+    main = RecordingHost(batch_env(0, port, address, tmp_path), address, tmp_path)
+    child = RecordingHost(batch_env(1, port, address, tmp_path, wait="3"), address, tmp_path)
+    ended = {}
+    thread = threading.Thread(target=lambda: ended.setdefault("main", BatchNodes(main).run_main()))
+    thread.start()
+    got = BatchNodes(child).register("")
+    thread.join(60)
+    assert isinstance(got, outcome.Outcome) and got.code == errors.INFRASTRUCTURE_EXIT, got
+    assert "rejected" not in got.reason
+    final = ended["main"]
+    assert (final.code, final.node) == (errors.INFRASTRUCTURE_EXIT, 0), final.line()
+    assert re.search(r"internal error of the rendezvous server while serving \S+ \(node 1\)",
+                     final.reason), final.reason
+    assert "bug 31 in the registry" in final.reason
+    log = capfd.readouterr().err
+    assert "Traceback (most recent call last):" in log and "in broken_add" in log, log
+    assert [h.started for h in (main, child)] == [[], []]
