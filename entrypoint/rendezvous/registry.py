@@ -22,6 +22,7 @@ from ..core.nodes import NodeInfo
 from . import protocol
 from .states import NodeState, advance
 
+CAUSE_RE = re.compile(r"^[a-z][a-z0-9-]{0,39}\Z")
 HOST_KEY_RE = re.compile(r"^(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa) [A-Za-z0-9+/]+=*\Z")
 
 
@@ -95,6 +96,7 @@ class Registry(object):
         self.phase = "waiting"  # waiting | running | stopping | stopped
         self.ready = {}  # index -> NodeInfo, only of connections in state READY
         self.failed = {}  # index -> status: nodes that failed their checks; never ready again
+        self.causes = {}  # index -> the cause a failed node reported (``run.gate``'s words)
         self.by_index = {}  # index -> Conn (registered or ready)
         self.all_ready = threading.Event()
         self.last_ready_time = None
@@ -163,8 +165,13 @@ class Registry(object):
         if conn.state is NodeState.REGISTERED:
             if status == 0:
                 raise protocol.ProtocolError("exit status 0 before ready")
+            cause = msg.get("cause")
+            if cause is not None and not (isinstance(cause, str) and CAUSE_RE.match(cause)):
+                raise protocol.ProtocolError("exit with a cause that is not a short word")
             advance(conn, NodeState.FAILED)
             self.failed[conn.index] = status
+            if cause is not None:
+                self.causes[conn.index] = cause
             log("node %d failed its start-up checks (exit code %d)" % (conn.index, status))
             return status
         advance(conn, NodeState.EXITED)

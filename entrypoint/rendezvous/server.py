@@ -367,9 +367,14 @@ class Client(object):
                 self._emit(("lost", "connection to the main node failed: %s"
                             % printable(str(exc))))
 
-    def report_exit(self, status):
+    def report_exit(self, status, cause=None):
+        """Tell the main node this node's status (and, before ``ready``, the ``cause`` of a
+        failed start-up check that the main node weighs across nodes)."""
+        message = {"t": "exit", "status": status}
+        if cause:
+            message["cause"] = cause
         with contextlib.suppress(OSError):
-            self.send({"t": "exit", "status": status})
+            self.send(message)
 
     def close(self):
         self._stop.set()

@@ -44,7 +44,9 @@ class BatchNodes(object):
         self.host = host
 
     # -- main node -------------------------------------------------------------------------
-    def run_main(self):
+    def run_main(self, own=None):
+        """The main node's run; ``own``: this node's own start-up finding that the rendezvous
+        weighs against the children's (``gate.NO_EFA_DEVICES``): then nothing is started."""
         cfg = self.host.cfg
         comment = self.key_comment()
         host_pub = client_pub = ""
@@ -72,7 +74,7 @@ class BatchNodes(object):
                                % (cfg.rendezvous_port, exc)) from None
         try:
             try:
-                ended = self.main_after_start(server, main_info, sshd)
+                ended = self.main_after_start(server, main_info, sshd, own)
             except JobFailure as exc:
                 log("error: %s" % exc)
                 ended = outcome.of_error(exc, self.host.node)
@@ -84,11 +86,11 @@ class BatchNodes(object):
         finally:
             server.stop()
 
-    def main_after_start(self, server, main_info, sshd):
+    def main_after_start(self, server, main_info, sshd, own=None):
         """Every child registered, hostfiles, the full health gate, the launcher: the
         ``Outcome`` the main node sends its children with ``done``."""
         cfg = self.host.cfg
-        table = self.wait_for_children(server, main_info, sshd)
+        table = self.wait_for_children(server, main_info, sshd, own)
         if not isinstance(table, list):
             return table  # how waiting ended: a signal, a missing node, a failed node
         hostfiles = hostfile.write_all(cfg.state_dir, table)
@@ -108,15 +110,17 @@ class BatchNodes(object):
             return failed
         return self.host.run_launcher(plan, watch=ChildWatch(server, self.host))
 
-    def wait_for_children(self, server, main_info, sshd):
+    def wait_for_children(self, server, main_info, sshd, own=None):
         """The node table once every child is ready, or the ``Outcome`` that ended the wait: a
-        signal, a node that never registered, a node that failed its start-up checks."""
+        signal, a node that never registered, a node that failed its start-up checks. Nodes
+        without EFA devices (``own``: this one) are weighed once every child has answered."""
         cfg = self.host.cfg
         start = time.monotonic()
         deadline = start + cfg.wait_timeout
         log("waiting up to %gs for %d child node(s) on port %d"
             % (cfg.wait_timeout, cfg.num_nodes - 1, server.port))
         next_note = start + 30
+        lacking = {cfg.node_index} if own is not None else set()
         while True:
             now = time.monotonic()
             if self.host.sup.signal_received:
@@ -126,9 +130,12 @@ class BatchNodes(object):
                 raise InfrastructureError("sshd exited with %s while waiting for nodes"
                                           % sshd.code)
             missing = server.wait(min(0.5, max(0.0, deadline - now)))
-            failed = self._failed_while_waiting(server)
+            failed = self._failed_while_waiting(server, lacking)
             if failed is not None:
                 return failed
+            missing = [i for i in missing if i not in server.nodes.failed]
+            if not missing and lacking:
+                return gate.efa_verdict(cfg.num_nodes, lacking)
             if not missing:
                 table = server.go(self.go_payload, main_info)
                 if table is not None:
@@ -142,15 +149,19 @@ class BatchNodes(object):
                 log("still waiting for node(s) %s (%ds left)"
                     % (", ".join(map(str, missing)), deadline - now))
 
-    def _failed_while_waiting(self, server):
+    def _failed_while_waiting(self, server, lacking):
         """A child that registered and then reported a failure (its start-up health checks):
-        the job ends now instead of at the wait timeout."""
+        the job ends now instead of at the wait timeout. One without EFA devices is added to
+        ``lacking`` instead: the verdict waits for every node's answer."""
         while True:
             event = server.next_event(0)
             if event is None:
                 return None
             kind, index, value = event
-            if kind == "exit" and value != 0:
+            if kind == "exit" and server.nodes.causes.get(index) == gate.NO_EFA_DEVICES:
+                log("node %d has no EFA device (exit code %d)" % (index, value))
+                lacking.add(index)
+            elif kind == "exit" and value != 0:
                 log("node %d failed before the job started (exit code %d)" % (index, value))
                 return outcome.of_child(index, value)
 
@@ -242,10 +253,14 @@ class BatchNodes(object):
         if isinstance(client, outcome.Outcome):
             return failed
         try:
-            client.report_exit(failed.code)
+            client.report_exit(failed.code, failed.cause)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and not self.host.sup.signal_received:
                 event = client.next_event(0.2)
+                if event is not None and event[0] == "done" and failed.cause and \
+                        event[1].get("status") == CONFIGURATION_EXIT:  # every node lacks it
+                    return outcome.configuration(self.host.node, "the main node found the same "
+                                                 "on every node: %s" % failed.cause)
                 if event is not None and event[0] in ("done", "lost"):
                     break
         finally:
@@ -296,8 +311,8 @@ class BatchNodes(object):
             if gate.full(self.host, table) is not None:
                 return None  # the main node names the slow node and ends the job
             plan = self.host.make_plan(table, None)
-            if plan.problems:
-                log("error: %s" % plan.problems[0])
+            if gate.blocking(plan.problems):
+                log("error: %s" % gate.blocking(plan.problems)[0])
                 client.report_exit(CONFIGURATION_EXIT)
                 state["reported"] = True
                 return None

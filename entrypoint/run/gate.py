@@ -18,24 +18,66 @@ import time
 
 from ..core.errors import InfrastructureError, JobFailure
 from ..core.log import log
+from ..plan import checks
 from ..probe import bandwidth, health
 from . import outcome
 
 PROBE_PREFIX = "MNP_BANDWIDTH "
+# The cause a node reports with its status when it has no EFA device on an EFA plan: the main
+# node of a wired job tells one bad host (infrastructure) from a job definition that passes no
+# device to any node (configuration) by how many nodes report it.
+NO_EFA_DEVICES = "no-efa-devices"
+
+
+def blocking(problems):
+    """The plan's problems that stop a run before the gate: all but a missing EFA device, which
+    the gate decides (``basic``)."""
+    return [p for p in problems if not p.startswith(checks.NO_EFA_DEVICES)]
+
+
+def check_efa_devices(runner):
+    """Raise ``InfrastructureError`` (with ``cause``) when the plan uses EFA with no device."""
+    for problem in runner.plan.problems:
+        if problem.startswith(checks.NO_EFA_DEVICES):
+            exc = InfrastructureError("%s on node %s" % (problem, runner.node), node=runner.node)
+            exc.cause = NO_EFA_DEVICES
+            raise exc
+
+
+def efa_verdict(num_nodes, lacking):
+    """The job's ``Outcome`` once every node has answered and ``lacking`` (indices) have no EFA
+    device on an EFA plan: all of them, the job definition passes none (configuration, the same
+    on any host); only some, those hosts (infrastructure, retried elsewhere)."""
+    names = ",".join(str(i) for i in sorted(lacking))
+    if len(lacking) == num_nodes:
+        return outcome.configuration(names, "no node has an EFA device (MNP_FABRIC=efa, no "
+                                     "/dev/infiniband/uverbs*): the job definition passes none "
+                                     "to the container (linuxParameters.devices)")
+    return outcome.infrastructure(names, "node(s) %s have no EFA device (MNP_FABRIC=efa, no "
+                                  "/dev/infiniband/uverbs*) while the others have: those hosts"
+                                  % names.replace(",", ", "))
 
 
 def basic(runner):
     """``None`` when this node passes; else its failure ``Outcome`` (after a Batch child has
-    reported it to the main node: registered, never ready, its status sent)."""
+    reported it to the main node: registered, never ready, its status and cause sent). A
+    wired main node without EFA devices gets its ``Outcome`` back too (``cause`` set): it
+    still runs the rendezvous, starting nothing, to learn whether any node has them."""
     try:
+        check_efa_devices(runner)
         runner.check_preflight()
         check_health(runner)
     except JobFailure as exc:
         cfg = runner.cfg
-        if not (cfg.rendezvous and cfg.mode == "child"):
+        cause = getattr(exc, "cause", None)
+        if not (cfg.rendezvous and (cfg.mode == "child" or cause)):
             raise
         log("error: %s" % exc)
-        return runner.batch.report_failed_child(outcome.of_error(exc, runner.node))
+        failed = outcome.of_error(exc, runner.node)
+        failed.cause = cause
+        if cfg.mode == "child":
+            return runner.batch.report_failed_child(failed)
+        return failed
     return None
 
 

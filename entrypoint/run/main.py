@@ -84,8 +84,8 @@ class Runner(NodeHost):
         except netaddr.AddressError as exc:
             if cfg.interface:
                 raise config.ConfigError("MNP_NETWORK_INTERFACE", str(exc)) from None
-            if cfg.rendezvous:
-                raise StartupError(str(exc)) from None
+            if cfg.rendezvous:  # no route, no interface: this host's network, not the job
+                raise InfrastructureError(str(exc)) from None
             self.facts = facts.probe(cfg, self.environ, imds=fabric.imds_instance_type,
                                      address=netaddr.Choice("127.0.0.1", None,
                                                             "no usable interface (%s)" % exc))
@@ -139,8 +139,9 @@ class Runner(NodeHost):
 
     def prepare(self, plan):
         """Stop on the plan's problems (they were only lines in the dry run); write its files."""
-        if plan.problems:
-            raise StartupError(plan.problems[0])
+        stop = gate.blocking(plan.problems)  # the gate has decided the rest
+        if stop:
+            raise StartupError(stop[0])
         for item in plan.files:
             if os.path.exists(item["path"]):
                 log("replacing %s (%s)" % (item["path"], item["why"]))
@@ -197,8 +198,9 @@ class Runner(NodeHost):
         if cfg.dry_run:
             return self.dry_run()
         self.describe()
-        if self.plan.problems:  # a line in the dry run, an error when running
-            raise StartupError(self.plan.problems[0])
+        stop = gate.blocking(self.plan.problems)  # a line in the dry run, an error when running
+        if stop:
+            raise StartupError(stop[0])
         try:
             return self.run_role()
         finally:
@@ -208,7 +210,7 @@ class Runner(NodeHost):
         """After the plan: the start-up checks, then this node's role."""
         cfg = self.cfg
         failed = gate.basic(self)  # a child reports its failure to the main node
-        if failed is not None:
+        if failed is not None and not (cfg.mode == "main" and failed.cause):
             return failed
         if cfg.mode == "worker":
             return outcome.of_command(worker.serve(self), self.node, "sshd")
@@ -220,7 +222,7 @@ class Runner(NodeHost):
                 % cfg.rendezvous_port)
         self.make_state_dir()
         if cfg.mode == "main":
-            return self.batch.run_main()
+            return self.batch.run_main(own=failed)
         return self.batch.run_child()
 
     def check_preflight(self):

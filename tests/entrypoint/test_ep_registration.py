@@ -209,3 +209,37 @@ def test_a_server_bug_is_the_main_nodes_internal_failure_not_a_rejection(local_n
     log = capfd.readouterr().err
     assert "Traceback (most recent call last):" in log and "in broken_add" in log, log
     assert [h.started for h in (main, child)] == [[], []]
+
+
+def test_a_batch_child_without_a_network_is_infrastructure(local_node):
+    """Issue 31: a child whose network cannot reach its main node (a namespace with no
+    interface up: ``Network is unreachable``) is a host fault, retried elsewhere: 200, not 2."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-n", "true"]).returncode:
+        pytest.skip("cannot make a network namespace here (unshare -n)")
+    env = local_node.env(AWS_BATCH_JOB_NODE_INDEX="1", AWS_BATCH_JOB_MAIN_NODE_INDEX="0",
+                         AWS_BATCH_JOB_NUM_NODES="2", MNP_LAUNCHER="torchrun",
+                         AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS="10.0.0.9")
+    proc = subprocess.run(["unshare", "-n", sys.executable, "-m", "entrypoint", "true"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    last = proc.stderr.splitlines()[-1]
+    assert proc.returncode == errors.INFRASTRUCTURE_EXIT, proc.stderr
+    assert "(infrastructure on node 1)" in last and "Network is unreachable" in last, last
+
+
+def test_efa_without_devices_is_a_problem_in_the_dry_run(local_node):
+    result = local_node.run(["python3", "train.py"], MNP_FABRIC="efa", MNP_DRY_RUN="1")
+    assert result.returncode == 1, result.stderr
+    assert "PROBLEM (a real run stops here): MNP_FABRIC=efa but no /dev/infiniband/uverbs* " \
+           "device is visible" in result.stdout
+
+
+def test_one_node_without_efa_devices_is_that_hosts_fault():
+    from entrypoint.run import gate
+    one = gate.efa_verdict(3, {2})
+    assert (one.code, one.node) == (errors.INFRASTRUCTURE_EXIT, "2")
+    every = gate.efa_verdict(3, {0, 1, 2})
+    assert (every.code, every.node) == (errors.CONFIGURATION_EXIT, "0,1,2")
