@@ -60,8 +60,8 @@ class BatchNodes(object):
             if cfg.node is None or not cfg.node.wired_because:
                 # not where a scheduler's home is the user's own (Slurm's is shared, lasts)
                 log(ssh.install_user_config(self.host.paths))
-        main_info = rendezvous.NodeInfo(cfg.node_index, self.host.facts.address, self.host.slot_count,
-                                        host_pub)
+        main_info = rendezvous.NodeInfo(cfg.node_index, self.host.facts.address,
+                                        self.host.slot_count, host_pub)
         interval, timeout = self.host.hb()
         server = rendezvous.Server(cfg.secret, cfg.job_id, cfg.num_nodes, cfg.main_index,
                                    {"client_key": client_pub}, cfg.rendezvous_port,
@@ -71,7 +71,7 @@ class BatchNodes(object):
             server.start()
         except OSError as exc:
             raise InfrastructureError("cannot listen on rendezvous port %d: %s"
-                               % (cfg.rendezvous_port, exc)) from None
+                                      % (cfg.rendezvous_port, exc)) from None
         try:
             try:
                 ended = self.main_after_start(server, main_info, sshd, own)
@@ -166,15 +166,15 @@ class BatchNodes(object):
                 return outcome.of_child(index, value)
 
     def _never_registered(self, server, missing):
-        cfg = self.host.cfg
-        names = ", ".join(map(str, missing))
+        cfg, names = self.host.cfg, ", ".join(map(str, missing))
+        ready = ", ".join(str(i) for i in sorted(server.ready)) or "none"
         reason = ("node(s) %s never registered within %gs (registered: %s); see MNP_WAIT_TIMEOUT"
-                  % (names, cfg.wait_timeout,
-                     ", ".join(str(i) for i in sorted(server.ready)) or "none"))
+                  % (names, cfg.wait_timeout, ready))
         log("timed out after %gs: %s" % (cfg.wait_timeout, reason))
         return outcome.infrastructure(",".join(map(str, missing)), reason)
 
-    def go_payload(self, table):
+    @staticmethod
+    def go_payload(table):
         return {"nodes": [[n.index, n.address, n.slots] for n in table]}
 
     # -- child node ------------------------------------------------------------------------
@@ -244,9 +244,8 @@ class BatchNodes(object):
         return client
 
     def report_failed_child(self, failed):
-        """A child that failed its start-up checks registers anyway and reports the failure's
-        code, so the main node ends the job at once and names this node (instead of waiting
-        ``MNP_WAIT_TIMEOUT`` for it); then waits for ``done`` a short while."""
+        """A child that failed its start-up checks registers (never ready) and reports its code,
+        so the main node ends the job at once naming it; then waits for ``done`` a while."""
         self.host.make_state_dir()
         client = self.register(self.child_host_key(), "could not tell the main node",
                                passed=False)
@@ -308,7 +307,8 @@ class BatchNodes(object):
         launcher = state["launcher"]
         if kind == "go" and self.host.local_launcher and launcher is None:
             table = [rendezvous.NodeInfo(i, a, s, "") for i, a, s in payload.get("nodes", [])]
-            if gate.full(self.host, table) is not None:
+            state["failed"] = gate.full(self.host, table)
+            if state["failed"] is not None:
                 return None  # the main node names the slow node and ends the job
             plan = self.host.make_plan(table, None)
             if gate.blocking(plan.problems):
@@ -322,7 +322,8 @@ class BatchNodes(object):
                 state["reported"] = True
         elif kind == "go":
             table = [rendezvous.NodeInfo(i, a, s, "") for i, a, s in payload.get("nodes", [])]
-            if gate.full(self.host, table) is None:
+            state["failed"] = gate.full(self.host, table)
+            if state["failed"] is None:
                 log("all nodes registered; serving SSH for the main node's launcher")
         elif kind == "done":
             log("the main node reports the job ended (exit code %s): stopping"
@@ -331,6 +332,8 @@ class BatchNodes(object):
             self.host.sup.stop_all(5)
             if own:
                 return outcome.of_command(own, self.host.node)
+            if state.get("failed") is not None and payload.get("status"):
+                return state["failed"]  # the job failed on the gate's finding: say so here too
             return outcome.success(self.host.node, "this node's part ended; the main node reports "
                                    "exit code %s" % payload.get("status"))
         elif kind == "lost":

@@ -113,11 +113,13 @@ def probe_argv(runner, table):
     python = runner.facts.binaries.get("python3") or "python3"
     main = [n for n in table if n.index == cfg.main_index][0]
     return [python, bandwidth.__file__.replace(".pyc", ".py"), "--master", main.address,
+            "--address", runner.facts.address,
             "--port", str(probe_port(cfg)), "--nodes", str(len(table)),
             "--node", str(cfg.node_index), "--backend", plan["backend"],
             "--link-mib", str(plan["link_mib"]), "--allreduce-mib", str(plan["allreduce_mib"]),
             "--timeout", str(int(plan["budget_s"])),
-            "--link-floor", str(plan["link_floor_gbps"])]
+            "--link-floor", str(plan["link_floor_gbps"]),
+            "--link-timeout", "%g" % (plan["budget_s"] / 3.0)]
 
 
 def full(runner, table):
@@ -134,17 +136,48 @@ def full(runner, table):
     if result is None:
         log("bandwidth probe failed after %.1fs: %s" % (took, why))
         return outcome.infrastructure(runner.node, "bandwidth probe failed: %s" % why)
+    missing = result.get("missing") or []
+    if missing:  # another node's silence names that node, never this one
+        names = ", ".join(map(str, missing))
+        line = ("node(s) %s sent no bandwidth figures within %gs (the probe did not finish "
+                "there)" % (names, plan["budget_s"]))
+        log("health check failed after %.1fs: %s" % (took, line))
+        return outcome.infrastructure(",".join(map(str, missing)), line)
     ok, slowest, line = health.verdict(result, plan)
     figures = health.link_figures(result["nodes"])
     for report in sorted(result["nodes"], key=lambda r: r["node"]):
-        log("bandwidth node %d: received %.2f Gbit/s (forward ring), %.2f Gbit/s (reverse); "
-            "link figure %.2f Gbit/s" % (report["node"], report["in_fwd"], report["in_rev"],
-                                         figures[report["node"]]))
+        log("bandwidth node %d: received %s (forward ring), %s (reverse); link figure %.2f "
+            "Gbit/s" % (report["node"], _received(report, "fwd", result),
+                        _received(report, "rev", result), figures[report["node"]]))
     if ok:
         log("health (MNP_HEALTH=full) bandwidth probe passed in %.1fs: %s" % (took, line))
         return None
-    log("health check failed: %s" % line)
+    if slowest in bounded_senders(result["nodes"]):
+        line += "; below %.3f Gbit/s: %d MiB did not arrive within %.1fs" % (
+            figures[slowest], plan["link_mib"], result.get("link_s") or plan["budget_s"])
+    log("health check failed after %.1fs: %s" % (took, line))
     return outcome.infrastructure(slowest, "bandwidth below the floor on %s" % line)
+
+
+def _received(report, way, result):
+    if report.get("bound_" + way):
+        return "below %.3f Gbit/s (not all within %.1fs)" % (report["in_" + way],
+                                                           result.get("link_s") or 0)
+    return "%.2f Gbit/s" % report["in_" + way]
+
+
+def bounded_senders(reports):
+    """The nodes whose send did not arrive in time somewhere: in the forward ring a node
+    receives from the one before it, in the reverse ring from the one after it."""
+    order = sorted(r["node"] for r in reports)
+    by_node = dict((r["node"], r) for r in reports)
+    senders = set()
+    for pos, node in enumerate(order):
+        if by_node[node].get("bound_fwd"):
+            senders.add(order[(pos - 1) % len(order)])
+        if by_node[node].get("bound_rev"):
+            senders.add(order[(pos + 1) % len(order)])
+    return senders
 
 
 def run_probe(argv, env, budget, sup):
@@ -165,7 +198,9 @@ def run_probe(argv, env, budget, sup):
         except subprocess.TimeoutExpired:
             if sup.signal_received or time.monotonic() > deadline:
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate()
+                _, err = proc.communicate()
+                for line in (err or "").splitlines()[-20:]:
+                    log("probe: " + line)
                 if sup.signal_received:
                     return None, "stopped by signal %d" % sup.signal_received
                 return None, ("no result within %gs: a link is far below the floor or a node "

@@ -243,3 +243,39 @@ def test_one_node_without_efa_devices_is_that_hosts_fault():
     assert (one.code, one.node) == (errors.INFRASTRUCTURE_EXIT, "2")
     every = gate.efa_verdict(3, {0, 1, 2})
     assert (every.code, every.node) == (errors.CONFIGURATION_EXIT, "0,1,2")
+
+
+def probe_runner(node=0):
+    """What ``gate.full`` reads of a node: its plan's health record and index."""
+    from entrypoint.probe import health
+    record = {"mode": "full", "bandwidth": health.bandwidth_plan("tcp", "none", None)}
+    return SimpleNamespace(plan=SimpleNamespace(health=record, environment={}), node=node,
+                           cfg=None, facts=None, sup=None)
+
+
+def test_another_nodes_silence_names_that_node_not_this_one(monkeypatch):
+    """Issue 31: the probe reports the nodes whose figures never came; the gate names them,
+    never the node it runs on (it used to say 'infrastructure on node 0')."""
+    from entrypoint.run import gate
+    result = {"nodes": [{"node": 0, "in_fwd": 1.0, "in_rev": 1.0}], "missing": [2],
+              "link_s": 20.0, "busbw": None}
+    monkeypatch.setattr(gate, "probe_argv", lambda runner, table: ["probe"])
+    monkeypatch.setattr(gate, "run_probe", lambda *args: (result, None))
+    ended = gate.full(probe_runner(0), [1, 2, 3])
+    assert (ended.code, ended.node) == (errors.INFRASTRUCTURE_EXIT, "2"), ended.line()
+    assert "node(s) 2 sent no bandwidth figures" in ended.reason
+
+
+def test_a_link_that_did_not_finish_names_its_sender_with_the_bound(monkeypatch):
+    from entrypoint.run import gate
+    slow = 32 * 8 / 20.0 / 1000  # 32 MiB (about) not arrived in 20 s: an upper bound
+    result = {"nodes": [{"node": 0, "in_fwd": slow, "in_rev": 0.9, "bound_fwd": True},
+                        {"node": 1, "in_fwd": 0.9, "in_rev": slow, "bound_rev": True},
+                        {"node": 2, "in_fwd": 0.9, "in_rev": 0.9}],
+              "missing": [], "link_s": 20.0, "busbw": None}
+    assert gate.bounded_senders(result["nodes"]) == {2}
+    monkeypatch.setattr(gate, "probe_argv", lambda runner, table: ["probe"])
+    monkeypatch.setattr(gate, "run_probe", lambda *args: (result, None))
+    ended = gate.full(probe_runner(0), [1, 2, 3])
+    assert (ended.code, ended.node) == (errors.INFRASTRUCTURE_EXIT, 2), ended.line()
+    assert "MiB did not arrive within 20.0s" in ended.reason
