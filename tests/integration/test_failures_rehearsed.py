@@ -160,7 +160,11 @@ def test_invoke_run_passes_node_output_through_a_pipe_unchanged(cpu_tcp_image):
     assert proc.returncode == 3, (proc.stdout[-2000:], proc.stderr[-2000:])
     assert PAYLOAD + b"health=off\n" in proc.stdout, proc.stdout[-3000:]
     (attempt,) = [line for line in proc.stdout.splitlines() if line.startswith(b"attempt ")]
-    assert len(attempt) > 100 and attempt.startswith(b"attempt 1/1: exit 3 (user on node 0)")
+    assert attempt.startswith(b"attempt 1/1: exit 3 (user on node 0)"), attempt
+    # the rehearsal's own longest line, whole (Rich folded lines at 100 columns in a pipe)
+    (first,) = [line for line in proc.stdout.splitlines() if line.startswith(b"rehearsal ")]
+    assert len(first) > 100 and re.fullmatch(rb"rehearsal \w+: 2 node\(s\) of \S+ on network "
+                                             rb"mnp-rehearsal-\w+ \(attempt 1\)", first), first
 
 
 @pytest.mark.slow
