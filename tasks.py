@@ -212,13 +212,17 @@ def k8s(c, kind=None, stack=None, nodes=None, instance_type=None, image_uri=None
             "attempts": "runs, as Batch retries the job definition of invoke jobdef: again "
                         "after the infrastructure code 200, never after a failing command "
                         "(default 1)",
+            "env": "NAME=VALUE on every node (repeatable): MNP_* settings, checked as the "
+                   "entrypoint checks them (e.g. MNP_HEALTH=full), or the command's variables",
             "stacks": HELP["stacks"]},
-      iterable=["stack", "mount"])
+      iterable=["stack", "mount", "env"])
 @options.user_errors
-def run(c, stack=None, nodes="2", late_node=None, mount=None, attempts=None, stacks=STACKS):
-    """Rehearse a Batch MNP job locally: invoke run --stack S --nodes N -- COMMAND..."""
+def run(c, stack=None, nodes="2", late_node=None, mount=None, attempts=None, env=None,
+        stacks=STACKS):
+    """Rehearse a Batch MNP job locally: invoke run --stack S --nodes N [--env N=V] -- COMMAND..."""
     code = deploy.rehearse(stacks, stack, nodes, late_node,
-                        options.command_after_dashdash(sys.argv, c.remainder), mount, attempts)
+                        options.command_after_dashdash(sys.argv, c.remainder), mount, attempts,
+                        env)
     sys.exit(code)
 
 

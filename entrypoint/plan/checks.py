@@ -36,3 +36,17 @@ def duplicate_addresses(plan, table):
                                  % (seen[node.address], node.index, node.address))
         else:
             seen[node.address] = node.index
+
+
+# A node told to use EFA that has no EFA device: a line of the plan (the dry run shows it), and at
+# run time the start-up gate's finding (``run.gate``): on one host, that host (infrastructure);
+# on every node of the job, the job definition that passes no device (configuration).
+NO_EFA_DEVICES = "MNP_FABRIC=efa but no /dev/infiniband/uverbs* device is visible"
+
+
+def efa_devices(plan, facts, kind):
+    """A problem when the plan uses EFA and the container sees no EFA device."""
+    if kind == "efa" and not facts.efa_devices:
+        plan.problems.append("%s: pass the instance's EFA devices to the container (the job "
+                             "definition's linuxParameters.devices, `invoke jobdef` writes them "
+                             "for an EFA instance type), or set MNP_FABRIC=tcp" % NO_EFA_DEVICES)

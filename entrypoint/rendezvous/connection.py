@@ -9,8 +9,12 @@ Hostile peers (the port is reachable by anything on the network; the secret is o
 
 - Handling one connection ends in accepting or rejecting that connection, nothing else: every
   field is decoded with its type and bounds checked before use (``protocol.decode`` caps line
-  size and nesting), and any exception raised while handling one connection closes that
-  connection only.
+  size and nesting), and whatever a peer can send wrong is a ``ProtocolError`` that rejects
+  that connection only.
+- Any other exception while serving a connection is the server's own bug, not the peer's: it
+  is never turned into a rejection (a legitimate child would exit as misconfigured, the main
+  node would wait out ``MNP_WAIT_TIMEOUT``). Its traceback is logged in full and the server
+  fails (``ServerFailed``): the main node ends the job at once as infrastructure (issue 31).
 - At most ``max_pending`` connections may wait for authentication; a new one evicts the oldest
   (a legitimate child finishes its handshake within one round trip, an idle one is the likely
   attacker). Each must finish within ``handshake_timeout``.
@@ -30,10 +34,12 @@ import selectors
 import socket
 import threading
 import time
+import traceback
 from typing import Any, Dict, Optional
 
 from ..core.log import Throttle, log, printable
 from .peers import ACCEPT_BACKOFF, LOOP_TICK, Conn, Peers
+from .states import NodeState
 
 
 class RendezvousError(Exception):
@@ -42,6 +48,10 @@ class RendezvousError(Exception):
 
 class ServerFailed(RendezvousError):
     """The main node's rendezvous server thread stopped; the job cannot go on."""
+
+
+class ServerBug(Exception):
+    """The server's own code failed while serving a connection (see ``Connections._contain``)."""
 
 
 class EventQueue(object):
@@ -196,7 +206,10 @@ class Connections(Peers):
                     self._heartbeat(now)
                     self._log_reject.flush()
                     self._log_accept.flush()
+        except ServerBug as exc:  # its traceback is already in the log
+            self._fail(str(exc))
         except BaseException as exc:  # never die silently: the main thread would wait forever
+            _log_traceback("rendezvous server thread failed")
             self._fail("rendezvous server failed: %s" % printable(repr(exc)))
         else:
             if not self._stopped.is_set():
@@ -222,23 +235,22 @@ class Connections(Peers):
         try:
             if mask & selectors.EVENT_READ:
                 self._read(conn)
-            if mask & selectors.EVENT_WRITE and conn.state != "closed":
+            if mask & selectors.EVENT_WRITE and conn.state is not NodeState.CLOSED:
                 self._flush(conn)
         except Exception as exc:
             self._contain(conn, exc)
 
     def _contain(self, conn, exc):
-        reason = "internal error: %r" % (exc,)
-        try:
-            self._reject(conn, reason)
-        except Exception:  # even rejecting failed: drop it without a word
-            with contextlib.suppress(Exception):
-                self._close(conn, None)
-            conn.state = "closed"
-            self._conns.discard(conn)
-            self._pending.pop(conn, None)
-            with contextlib.suppress(Exception):
-                self._sel.unregister(conn.sock)
+        """``exc`` escaped while serving ``conn``: not the peer's doing (what a peer can get
+        wrong is a ``ProtocolError``, rejected where it is raised) but this server's bug. The
+        traceback goes to the main node's log in full; the server fails (``ServerBug`` ends the
+        loop), so the main node reports an internal failure, never a rejection of the child."""
+        who = conn.peer if conn.claim is None else "%s (node %s)" % (conn.peer, conn.claim)
+        if conn.index is not None:
+            who = "node %d (%s)" % (conn.index, conn.peer)
+        _log_traceback("rendezvous server: internal error while serving %s" % who)
+        raise ServerBug("internal error of the rendezvous server while serving %s: %s"
+                        % (who, printable(repr(exc))))
 
     def _drain_wake(self):
         try:
@@ -262,3 +274,10 @@ class Connections(Peers):
             with contextlib.suppress(OSError):
                 sock.close()
         self._sel.close()
+
+
+def _log_traceback(what):
+    """``what``, then the traceback being handled, each line in the log."""
+    log(what + ":")
+    for line in traceback.format_exc().rstrip().splitlines():
+        log("  " + line)

@@ -11,6 +11,7 @@ import time
 
 from ..core.log import log, printable
 from . import protocol
+from .states import CONNECTED, NodeState, advance
 
 MAX_PENDING = 64  # connections waiting for authentication (at least; see Server.max_pending)
 ACCEPT_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -33,7 +34,7 @@ class Conn(object):
         self.index = None  # an int in range, set only once the registration is valid
         self.claim = None  # what the peer says its index is, printable, for the log
         self.info = None
-        self.state = "hello"  # hello | registered | ready | exited | closed
+        self.state = NodeState.HELLO  # changed only by ``states.advance``
         self.closing_since = None  # set when a reply is still being sent before closing
         self.opened = time.monotonic()
         self.last_rx = self.opened
@@ -112,7 +113,7 @@ class Peers(object):
         self._send(conn, {"t": "hello", "v": protocol.VERSION, "sn": conn.sn}, raw=True)
 
     def _send(self, conn, message, raw=False):
-        if conn.state == "closed" or conn.closing_since is not None:
+        if conn.state is NodeState.CLOSED or conn.closing_since is not None:
             return
         plain = raw or conn.session is None
         conn.out += protocol.encode(message) if plain else conn.session.seal(message)
@@ -128,7 +129,7 @@ class Peers(object):
         except OSError as exc:
             self._close(conn, "send failed: %s" % exc)
             return
-        if conn.state == "closed":
+        if conn.state is NodeState.CLOSED:
             return
         if not conn.out and conn.closing_since is not None:
             self._close(conn, None)
@@ -157,7 +158,7 @@ class Peers(object):
             self._reject(conn, str(exc))
             return
         for line in lines:
-            if conn.state == "closed" or conn.closing_since is not None:
+            if conn.state is NodeState.CLOSED or conn.closing_since is not None:
                 return
             try:
                 max_line = protocol.MAX_LINE if conn.session else protocol.MAX_HELLO_LINE
@@ -179,7 +180,7 @@ class Peers(object):
         self._close(conn, reason, after_flush=True)
 
     def _handle(self, conn, msg):
-        if conn.state == "hello":
+        if conn.state is NodeState.HELLO:
             self._handle_hello(conn, msg)
             return
         conn.session.open(msg)
@@ -219,10 +220,10 @@ class Peers(object):
         if conn.closing_since is not None:
             if now - conn.closing_since > CLOSING_GRACE:
                 self._close(conn, None)  # the peer does not read our reply: stop trying
-        elif conn.state in ("hello", "registered"):
+        elif conn.state in (NodeState.HELLO, NodeState.REGISTERED):
             if now - conn.opened > self.handshake_timeout:
                 self._close(conn, "handshake not completed within %gs" % self.handshake_timeout)
-        elif conn.state in ("ready", "exited"):
+        elif conn.state in CONNECTED:
             if now - conn.last_rx > self.hb_timeout:
                 self._close(conn, "no heartbeat for %gs" % self.hb_timeout)
             else:
@@ -232,7 +233,7 @@ class Peers(object):
         self.events.put(event)
 
     def _close(self, conn, reason, after_flush=False, quiet=False):
-        if conn.state == "closed":
+        if conn.state is NodeState.CLOSED:
             return
         self._pending.pop(conn, None)
         if after_flush and conn.out:
@@ -242,7 +243,7 @@ class Peers(object):
             return
         reason = self._closing_reason.pop(conn, reason)
         was = conn.state
-        conn.state = "closed"
+        advance(conn, NodeState.CLOSED)
         with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(conn.sock)
         with contextlib.suppress(OSError):

@@ -20,7 +20,9 @@ from ..core.limits import MAX_SLOTS
 from ..core.log import log, printable
 from ..core.nodes import NodeInfo
 from . import protocol
+from .states import NodeState, advance
 
+CAUSE_RE = re.compile(r"^[a-z][a-z0-9-]{0,39}\Z")
 HOST_KEY_RE = re.compile(r"^(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa) [A-Za-z0-9+/]+=*\Z")
 
 
@@ -92,7 +94,9 @@ class Registry(object):
         self.num_nodes = num_nodes
         self.main_index = main_index
         self.phase = "waiting"  # waiting | running | stopping | stopped
-        self.ready = {}  # index -> NodeInfo
+        self.ready = {}  # index -> NodeInfo, only of connections in state READY
+        self.failed = {}  # index -> status: nodes that failed their checks; never ready again
+        self.causes = {}  # index -> the cause a failed node reported (``run.gate``'s words)
         self.by_index = {}  # index -> Conn (registered or ready)
         self.all_ready = threading.Event()
         self.last_ready_time = None
@@ -102,6 +106,12 @@ class Registry(object):
     def missing(self) -> List[int]:
         want = set(range(self.num_nodes)) - {self.main_index}
         return sorted(want - set(self.ready))
+
+    def can_go(self) -> bool:
+        """Every child is ready and none failed its checks: the only state ``go`` starts from."""
+        return not self.missing() and not self.failed and all(
+            self.by_index.get(index) is not None
+            and self.by_index[index].state is NodeState.READY for index in self.ready)
 
     def table(self, main_info: NodeInfo) -> List[NodeInfo]:
         """All nodes, the main node included, sorted by index."""
@@ -127,13 +137,16 @@ class Registry(object):
         return old
 
     def add(self, conn: Any, info: NodeInfo) -> None:
+        advance(conn, NodeState.REGISTERED)
         conn.index = info.index
         conn.info = info
-        conn.state = "registered"
         self.by_index[info.index] = conn
 
     def mark_ready(self, conn: Any) -> None:
-        conn.state = "ready"
+        if conn.index in self.failed:  # a restarted container of a node that failed: still failed
+            raise protocol.ProtocolError("node %d already failed its start-up checks (status %d)"
+                                         % (conn.index, self.failed[conn.index]))
+        advance(conn, NodeState.READY)
         self.ready[conn.index] = conn.info
         total = self.num_nodes - 1
         log("node %d ready: %s, %d slot(s) (%d/%d children)"
@@ -143,11 +156,25 @@ class Registry(object):
             self.all_ready.set()
 
     def mark_exited(self, conn: Any, msg: Dict[str, Any]) -> int:
-        """The status of a child's ``exit`` message (checked); ``conn`` is then ``exited``."""
+        """The status of a child's ``exit`` message (checked). From ``READY`` (its launcher
+        ended) ``conn`` is then ``EXITED``; from ``REGISTERED`` (it failed its start-up checks,
+        a non-zero status) ``FAILED``, and its index can never be counted ready."""
         status = msg.get("status")
         if not protocol.is_int(status) or not -(2 ** 31) <= status < 2 ** 31:
             raise protocol.ProtocolError("exit without an integer status")
-        conn.state = "exited"
+        if conn.state is NodeState.REGISTERED:
+            if status == 0:
+                raise protocol.ProtocolError("exit status 0 before ready")
+            cause = msg.get("cause")
+            if cause is not None and not (isinstance(cause, str) and CAUSE_RE.match(cause)):
+                raise protocol.ProtocolError("exit with a cause that is not a short word")
+            advance(conn, NodeState.FAILED)
+            self.failed[conn.index] = status
+            if cause is not None:
+                self.causes[conn.index] = cause
+            log("node %d failed its start-up checks (exit code %d)" % (conn.index, status))
+            return status
+        advance(conn, NodeState.EXITED)
         return status
 
     def remove(self, conn: Any, was: str) -> bool:
@@ -155,7 +182,7 @@ class Registry(object):
         if conn.index is None or self.by_index.get(conn.index) is not conn:
             return False
         del self.by_index[conn.index]
-        if was == "ready" and self.ready.get(conn.index) is conn.info:
+        if was is NodeState.READY and self.ready.get(conn.index) is conn.info:
             del self.ready[conn.index]
             self.all_ready.clear()
         return True
@@ -166,6 +193,6 @@ class Registry(object):
         if self.phase == "waiting":
             log("node %d (%s) went away before the job started (%s); waiting for it again"
                 % (conn.index, conn.peer, printable(reason)))
-        elif self.phase == "running" and was in ("ready", "registered"):
+        elif self.phase == "running" and was in (NodeState.READY, NodeState.REGISTERED):
             return ("lost", conn.index, reason)
         return None

@@ -38,6 +38,7 @@ from . import protocol
 from .connection import Connections, EventQueue, RendezvousError, ServerFailed
 from .peers import LOOP_TICK, MAX_PENDING
 from .registry import HOST_KEY_RE, MAX_SLOTS, NodeInfo, Registry, check_go, job_base, validate_registration
+from .states import CONNECTED, NodeState
 
 __all__ = ["CLIENT_TICK", "HOST_KEY_RE", "LOOP_TICK", "MAX_SLOTS", "MIN_HEARTBEAT_TIMEOUT",
            "Client", "NodeInfo", "Rejected", "RendezvousError", "Server", "ServerFailed",
@@ -96,12 +97,12 @@ class Server(Connections):
         Done inside the loop thread, so no registration can slip in between check and send."""
 
         def _go():
-            if self.missing():
+            if not self.nodes.can_go():
                 return None
             table = self.table(main_info)
             payload = make_payload(table)
             self.nodes.phase = "running"
-            for conn in self.nodes.connections("ready"):
+            for conn in self.nodes.connections(NodeState.READY):
                 self._send(conn, dict(payload, t="go"))
             return table
 
@@ -117,7 +118,7 @@ class Server(Connections):
 
         def _done():
             self.nodes.phase = "stopping"
-            for conn in self.nodes.connections("ready", "exited"):
+            for conn in self.nodes.connections(*CONNECTED):
                 self._send(conn, {"t": "done", "status": status})
 
         try:
@@ -161,10 +162,10 @@ class Server(Connections):
         kind = msg.get("t")
         if kind == "hb":
             return
-        if kind == "ready" and conn.state == "registered":
+        if kind == "ready" and conn.state is NodeState.REGISTERED:
             self.nodes.mark_ready(conn)
             return
-        if kind == "exit" and conn.state == "ready":
+        if kind == "exit" and conn.state in (NodeState.REGISTERED, NodeState.READY):
             self._emit(("exit", conn.index, self.nodes.mark_exited(conn, msg)))
             return
         raise protocol.ProtocolError("unexpected %s in state %s" % (printable(kind, 40),
@@ -366,9 +367,14 @@ class Client(object):
                 self._emit(("lost", "connection to the main node failed: %s"
                             % printable(str(exc))))
 
-    def report_exit(self, status):
+    def report_exit(self, status, cause=None):
+        """Tell the main node this node's status (and, before ``ready``, the ``cause`` of a
+        failed start-up check that the main node weighs across nodes)."""
+        message = {"t": "exit", "status": status}
+        if cause:
+            message["cause"] = cause
         with contextlib.suppress(OSError):
-            self.send({"t": "exit", "status": status})
+            self.send(message)
 
     def close(self):
         self._stop.set()

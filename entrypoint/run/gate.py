@@ -18,24 +18,66 @@ import time
 
 from ..core.errors import InfrastructureError, JobFailure
 from ..core.log import log
+from ..plan import checks
 from ..probe import bandwidth, health
 from . import outcome
 
 PROBE_PREFIX = "MNP_BANDWIDTH "
+# The cause a node reports with its status when it has no EFA device on an EFA plan: the main
+# node of a wired job tells one bad host (infrastructure) from a job definition that passes no
+# device to any node (configuration) by how many nodes report it.
+NO_EFA_DEVICES = "no-efa-devices"
+
+
+def blocking(problems):
+    """The plan's problems that stop a run before the gate: all but a missing EFA device, which
+    the gate decides (``basic``)."""
+    return [p for p in problems if not p.startswith(checks.NO_EFA_DEVICES)]
+
+
+def check_efa_devices(runner):
+    """Raise ``InfrastructureError`` (with ``cause``) when the plan uses EFA with no device."""
+    for problem in runner.plan.problems:
+        if problem.startswith(checks.NO_EFA_DEVICES):
+            exc = InfrastructureError("%s on node %s" % (problem, runner.node), node=runner.node)
+            exc.cause = NO_EFA_DEVICES
+            raise exc
+
+
+def efa_verdict(num_nodes, lacking):
+    """The job's ``Outcome`` once every node has answered and ``lacking`` (indices) have no EFA
+    device on an EFA plan: all of them, the job definition passes none (configuration, the same
+    on any host); only some, those hosts (infrastructure, retried elsewhere)."""
+    names = ",".join(str(i) for i in sorted(lacking))
+    if len(lacking) == num_nodes:
+        return outcome.configuration(names, "no node has an EFA device (MNP_FABRIC=efa, no "
+                                     "/dev/infiniband/uverbs*): the job definition passes none "
+                                     "to the container (linuxParameters.devices)")
+    return outcome.infrastructure(names, "node(s) %s have no EFA device (MNP_FABRIC=efa, no "
+                                  "/dev/infiniband/uverbs*) while the others have: those hosts"
+                                  % names.replace(",", ", "))
 
 
 def basic(runner):
     """``None`` when this node passes; else its failure ``Outcome`` (after a Batch child has
-    reported it to the main node)."""
+    reported it to the main node: registered, never ready, its status and cause sent). A
+    wired main node without EFA devices gets its ``Outcome`` back too (``cause`` set): it
+    still runs the rendezvous, starting nothing, to learn whether any node has them."""
     try:
+        check_efa_devices(runner)
         runner.check_preflight()
         check_health(runner)
     except JobFailure as exc:
         cfg = runner.cfg
-        if not (cfg.rendezvous and cfg.mode == "child"):
+        cause = getattr(exc, "cause", None)
+        if not (cfg.rendezvous and (cfg.mode == "child" or cause)):
             raise
         log("error: %s" % exc)
-        return runner.report_failed_child(outcome.of_error(exc, runner.node))
+        failed = outcome.of_error(exc, runner.node)
+        failed.cause = cause
+        if cfg.mode == "child":
+            return runner.batch.report_failed_child(failed)
+        return failed
     return None
 
 
@@ -71,11 +113,13 @@ def probe_argv(runner, table):
     python = runner.facts.binaries.get("python3") or "python3"
     main = [n for n in table if n.index == cfg.main_index][0]
     return [python, bandwidth.__file__.replace(".pyc", ".py"), "--master", main.address,
+            "--address", runner.facts.address,
             "--port", str(probe_port(cfg)), "--nodes", str(len(table)),
             "--node", str(cfg.node_index), "--backend", plan["backend"],
             "--link-mib", str(plan["link_mib"]), "--allreduce-mib", str(plan["allreduce_mib"]),
             "--timeout", str(int(plan["budget_s"])),
-            "--link-floor", str(plan["link_floor_gbps"])]
+            "--link-floor", str(plan["link_floor_gbps"]),
+            "--link-timeout", "%g" % (plan["budget_s"] / 3.0)]
 
 
 def full(runner, table):
@@ -92,17 +136,48 @@ def full(runner, table):
     if result is None:
         log("bandwidth probe failed after %.1fs: %s" % (took, why))
         return outcome.infrastructure(runner.node, "bandwidth probe failed: %s" % why)
+    missing = result.get("missing") or []
+    if missing:  # another node's silence names that node, never this one
+        names = ", ".join(map(str, missing))
+        line = ("node(s) %s sent no bandwidth figures within %gs (the probe did not finish "
+                "there)" % (names, plan["budget_s"]))
+        log("health check failed after %.1fs: %s" % (took, line))
+        return outcome.infrastructure(",".join(map(str, missing)), line)
     ok, slowest, line = health.verdict(result, plan)
     figures = health.link_figures(result["nodes"])
     for report in sorted(result["nodes"], key=lambda r: r["node"]):
-        log("bandwidth node %d: received %.2f Gbit/s (forward ring), %.2f Gbit/s (reverse); "
-            "link figure %.2f Gbit/s" % (report["node"], report["in_fwd"], report["in_rev"],
-                                         figures[report["node"]]))
+        log("bandwidth node %d: received %s (forward ring), %s (reverse); link figure %.2f "
+            "Gbit/s" % (report["node"], _received(report, "fwd", result),
+                        _received(report, "rev", result), figures[report["node"]]))
     if ok:
         log("health (MNP_HEALTH=full) bandwidth probe passed in %.1fs: %s" % (took, line))
         return None
-    log("health check failed: %s" % line)
+    if slowest in bounded_senders(result["nodes"]):
+        line += "; below %.3f Gbit/s: %d MiB did not arrive within %.1fs" % (
+            figures[slowest], plan["link_mib"], result.get("link_s") or plan["budget_s"])
+    log("health check failed after %.1fs: %s" % (took, line))
     return outcome.infrastructure(slowest, "bandwidth below the floor on %s" % line)
+
+
+def _received(report, way, result):
+    if report.get("bound_" + way):
+        return "below %.3f Gbit/s (not all within %.1fs)" % (report["in_" + way],
+                                                           result.get("link_s") or 0)
+    return "%.2f Gbit/s" % report["in_" + way]
+
+
+def bounded_senders(reports):
+    """The nodes whose send did not arrive in time somewhere: in the forward ring a node
+    receives from the one before it, in the reverse ring from the one after it."""
+    order = sorted(r["node"] for r in reports)
+    by_node = dict((r["node"], r) for r in reports)
+    senders = set()
+    for pos, node in enumerate(order):
+        if by_node[node].get("bound_fwd"):
+            senders.add(order[(pos - 1) % len(order)])
+        if by_node[node].get("bound_rev"):
+            senders.add(order[(pos + 1) % len(order)])
+    return senders
 
 
 def run_probe(argv, env, budget, sup):
@@ -123,7 +198,9 @@ def run_probe(argv, env, budget, sup):
         except subprocess.TimeoutExpired:
             if sup.signal_received or time.monotonic() > deadline:
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate()
+                _, err = proc.communicate()
+                for line in (err or "").splitlines()[-20:]:
+                    log("probe: " + line)
                 if sup.signal_received:
                     return None, "stopped by signal %d" % sup.signal_received
                 return None, ("no result within %gs: a link is far below the floor or a node "

@@ -49,6 +49,7 @@ from ..rendezvous import server as rendezvous
 from ..settings import config
 from . import gate, lifecycle, outcome, ssh, worker
 from .batchnodes import BatchNodes
+from .host import NodeHost
 
 SECRET_VARIABLES = ("MNP_SECRET", "MNP_SECRET_FILE")
 
@@ -61,7 +62,9 @@ NO_COMMAND = ("no command given: set the training command as the container comma
 redact = plan_mod.redact
 
 
-class Runner(BatchNodes):
+class Runner(NodeHost):
+    """One node's run: probe, plan, then its role (``batchnodes`` for a Batch main or child)."""
+
     def __init__(self, cfg, command, environ=None):
         self.cfg = cfg
         self.command = list(command)
@@ -70,6 +73,7 @@ class Runner(BatchNodes):
         self.paths = ssh.Paths(cfg.state_dir)
         self.facts = None
         self.plan = None  # the dry-run plan (placeholder node table)
+        self.batch = BatchNodes(self)  # the Batch roles, given this node as its ``NodeHost``
 
     # -- probing ---------------------------------------------------------------------------
     def probe(self):
@@ -80,8 +84,8 @@ class Runner(BatchNodes):
         except netaddr.AddressError as exc:
             if cfg.interface:
                 raise config.ConfigError("MNP_NETWORK_INTERFACE", str(exc)) from None
-            if cfg.rendezvous:
-                raise StartupError(str(exc)) from None
+            if cfg.rendezvous:  # no route, no interface: this host's network, not the job
+                raise InfrastructureError(str(exc)) from None
             self.facts = facts.probe(cfg, self.environ, imds=fabric.imds_instance_type,
                                      address=netaddr.Choice("127.0.0.1", None,
                                                             "no usable interface (%s)" % exc))
@@ -135,8 +139,9 @@ class Runner(BatchNodes):
 
     def prepare(self, plan):
         """Stop on the plan's problems (they were only lines in the dry run); write its files."""
-        if plan.problems:
-            raise StartupError(plan.problems[0])
+        stop = gate.blocking(plan.problems)  # the gate has decided the rest
+        if stop:
+            raise StartupError(stop[0])
         for item in plan.files:
             if os.path.exists(item["path"]):
                 log("replacing %s (%s)" % (item["path"], item["why"]))
@@ -193,8 +198,9 @@ class Runner(BatchNodes):
         if cfg.dry_run:
             return self.dry_run()
         self.describe()
-        if self.plan.problems:  # a line in the dry run, an error when running
-            raise StartupError(self.plan.problems[0])
+        stop = gate.blocking(self.plan.problems)  # a line in the dry run, an error when running
+        if stop:
+            raise StartupError(stop[0])
         try:
             return self.run_role()
         finally:
@@ -204,7 +210,7 @@ class Runner(BatchNodes):
         """After the plan: the start-up checks, then this node's role."""
         cfg = self.cfg
         failed = gate.basic(self)  # a child reports its failure to the main node
-        if failed is not None:
+        if failed is not None and not (cfg.mode == "main" and failed.cause):
             return failed
         if cfg.mode == "worker":
             return outcome.of_command(worker.serve(self), self.node, "sshd")
@@ -216,8 +222,8 @@ class Runner(BatchNodes):
                 % cfg.rendezvous_port)
         self.make_state_dir()
         if cfg.mode == "main":
-            return self.run_main()
-        return self.run_child()
+            return self.batch.run_main(own=failed)
+        return self.batch.run_child()
 
     def check_preflight(self):
         """The EFA preflight (``preflight``) on this node, before sshd, the rendezvous or any
@@ -246,7 +252,7 @@ class Runner(BatchNodes):
         if self.cfg.mode != "single":
             plan = self.make_plan(None, None)
             self.prepare(plan)
-            return self.run_launcher(plan, server=None)
+            return self.run_launcher(plan)
         table = [rendezvous.NodeInfo(0, "localhost", self.slot_count, "")]
         hostfiles = None
         if self.plan.launcher["unit"] != "none":
@@ -254,7 +260,7 @@ class Runner(BatchNodes):
             hostfiles = hostfile.write_all(self.cfg.state_dir, table)
         plan = self.make_plan(table, hostfiles)
         self.prepare(plan)
-        return self.run_launcher(plan, server=None)
+        return self.run_launcher(plan)
 
     def start_sshd(self):
         sshd = facts.find_sshd()
@@ -264,13 +270,13 @@ class Runner(BatchNodes):
                                % self.cfg.launcher)
         proc = self.sup.spawn("sshd", ssh.sshd_argv(sshd, self.paths))
         if not ssh.wait_listening(self.paths.pid_file, self.cfg.ssh_port, 15,
-                                  alive=lambda: self._alive(proc)):
+                                  alive=lambda: self.alive(proc)):
             raise InfrastructureError("sshd did not start listening on port %d (exit code %s)"
                                % (self.cfg.ssh_port, proc.code))
         log("sshd listening on port %d" % self.cfg.ssh_port)
         return proc
 
-    def _alive(self, proc):
+    def alive(self, proc):
         self.sup.reap()
         return proc.running
 
@@ -291,22 +297,22 @@ class Runner(BatchNodes):
             log("cannot start %s: %s" % (argv[0], exc))
             return None
 
-    def run_launcher(self, plan, server):
+    def run_launcher(self, plan, watch=None):
         """Start the plan's launcher and supervise it (on the main node also the children's
-        events); the run's ``Outcome``."""
+        events, ``watch``: a ``batchnodes.ChildWatch``); the run's ``Outcome``."""
         launcher = self.start_launcher(plan)
         if launcher is None:
             return outcome.of_command(127, self.node, "%s (it cannot be started)" % plan.argv[0])
         children_done = {}
-        failure = self.supervise(launcher, server, children_done)
+        failure = self.supervise(launcher, watch, children_done)
         code = launcher.code
         log("launcher exited with %d" % code)
         lifecycle.end_group(launcher.pid, 2.0, self.sup.reap)
-        if failure is None and server is not None:
+        if failure is None and watch is not None:
             if code == 0 and self.local_launcher:
-                failure = self._wait_children_finish(server, children_done)
+                failure = watch.wait_finish(children_done)
             elif code != 0:  # a launcher that failed because a node went away: say so
-                failure = self._lost_meanwhile(server, children_done)
+                failure = watch.lost_meanwhile(children_done)
         if self.sup.signal_received:
             return outcome.stopped(self.node, self.sup.signal_received)
         if failure is not None:
@@ -314,7 +320,7 @@ class Runner(BatchNodes):
             return failure
         return outcome.of_command(code, self.node)
 
-    def supervise(self, launcher, server, children_done):
+    def supervise(self, launcher, watch, children_done):
         """Reap until the launcher ends, escalating a forwarded signal to SIGKILL after
         ``MNP_STOP_TIMEOUT``; a child's failure stops it. The failure's ``Outcome`` or ``None``."""
         cfg = self.cfg
@@ -330,12 +336,10 @@ class Runner(BatchNodes):
                     % (cfg.stop_timeout, sig))
                 lifecycle.kill_group(launcher.pid)
                 escalated = True
-            event = server.next_event(0.1) if server else None
-            if server is None:
+            if watch is None:
                 time.sleep(0.05)
-            if event is None:
                 continue
-            failure = self._child_event(event, children_done)
+            failure = watch.next_failure(0.1, children_done)
             if failure is not None:
                 log("%s: stopping the launcher" % failure.reason)
                 self.sup.terminate(launcher, min(cfg.stop_timeout, 10))

@@ -24,6 +24,7 @@ class Outcome(object):
         self.cls = cls
         self.node = node
         self.reason = reason
+        self.cause = None  # a start-up finding the main node weighs across nodes (``gate``)
 
     @property
     def ok(self):

@@ -51,7 +51,7 @@ def serve(runner):
         handle.write(ssh.sshd_config_text(paths, OPERATOR_PORT, runner.user))
     proc = runner.sup.spawn("sshd", ssh.sshd_argv(sshd, paths))
     if not ssh.wait_listening(paths.pid_file, OPERATOR_PORT, 15,
-                              alive=lambda: runner._alive(proc)):
+                              alive=lambda: runner.alive(proc)):
         raise StartupError("sshd did not start listening on port %d (exit code %s)"
                            % (OPERATOR_PORT, proc.code))
     log("MPIJob worker: sshd listening on port %d with the operator's keys (%s)"

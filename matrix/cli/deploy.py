@@ -14,7 +14,6 @@ from matrix.cli import options
 from matrix.cli.options import (
     LAUNCHERS,
     choose,
-    console,
     default_stack,
     integer,
     load,
@@ -266,7 +265,10 @@ def _local_digest_uri(matrix: Matrix, stack: str) -> str:
 
 
 def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
-             command: list[str], mounts: Any = None, attempts: Any = None) -> int:
+             command: list[str], mounts: Any = None, attempts: Any = None,
+             env: Any = None) -> int:
+    """``invoke run``: the job's status. The nodes' output is passed on byte for byte and the
+    rehearsal's own lines are one line each (``rehearse.say``), to a terminal or a pipe."""
     from docker.errors import ImageNotFound
 
     from matrix.deploy import rehearse as rh
@@ -281,6 +283,7 @@ def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
         raise UsageError("give the job command after --, e.g. invoke run --stack cpu-tcp "
                          "--nodes 3 -- python3 /opt/mnp/examples/allreduce.py")
     rh.check_mounts(parsed_mounts)  # before the engine: a typo needs no Docker to be found
+    settings = rh.parse_env(list(env or []), count)
     matrix = load(stacks_file)
     stack = one_stack(matrix, stacks)
     result = plan(matrix, [stack])
@@ -290,8 +293,8 @@ def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
         client.images.get(image)
     except ImageNotFound:
         raise UserError(f"{image} is not built; run `invoke build --stack {stack}`") from None
-    return rh.rehearse(client, image, count, command, late, {}, log=console.print,
-                       mounts=parsed_mounts, attempts=tries)
+    return rh.rehearse(client, image, count, command, late, settings, log=rh.say,
+                       mounts=parsed_mounts, attempts=tries, out=rh.write_out)
 
 
 def explain(stacks_file: str, stacks: Any, instance_type: str | None, nodes: Any,

@@ -16,6 +16,11 @@ jobdef`` writes: a job that ends with the entrypoint's infrastructure code
 (``entrypoint.core.errors.INFRASTRUCTURE_EXIT``) runs again, on fresh containers, with
 ``AWS_BATCH_JOB_ATTEMPT`` counting up; any other ending stops. Each attempt's class and reason
 (the entrypoint's last line, and the failing node's own error line) is printed.
+
+Output: the main node's output is the job's, so it is passed on byte for byte (``out``: no
+decoding, no markup, no wrapping; a line is written whole, so the rehearsal's own lines never
+cut one in two), and the rehearsal's own lines (``log``) are one line each. ``say`` and
+``write_out`` are what ``invoke run`` uses for a terminal or a pipe alike.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import random
 import re
 import secrets
+import sys
 import tempfile
 import threading
 import time
@@ -36,10 +42,12 @@ import docker.errors
 import requests.exceptions
 
 from entrypoint.core import errors as classes
+from entrypoint.settings import config as entrypoint_config
 from matrix.deploy.mounts import Mount, docker_binds
-from matrix.errors import UserError
+from matrix.errors import UsageError, UserError
 
 Log = Callable[[str], None]
+Out = Callable[[bytes], None]
 # Test hooks (the Python API only): extra ``containers.create`` arguments for node ``index`` of
 # attempt ``attempt`` (fake devices, another entrypoint for a node that never joins), and a call
 # right after a node's container started (a tc qdisc on its link).
@@ -49,6 +57,24 @@ FINAL_LINE = re.compile(classes.FINAL_LINE_PATTERN)
 LABEL = "mnp.rehearsal"
 INTERRUPTED = 130  # shell convention for SIGINT
 TIMED_OUT = 124  # as timeout(1)
+
+
+_WRITE = threading.Lock()  # the streaming thread and the rehearsal's own lines share stdout
+
+
+def say(line: str) -> None:
+    """One of the rehearsal's own lines on stdout, whole: never folded, never read as markup."""
+    with _WRITE:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def write_out(data: bytes) -> None:
+    """The nodes' output on stdout exactly as the container wrote it."""
+    with _WRITE:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
 
 
 @dataclass
@@ -72,6 +98,40 @@ def batch_environment(index: int, nodes: int, run_id: str, main_ip: str | None,
     }
     if index != 0 and main_ip:
         env["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = main_ip
+    return env
+
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Set by the rehearsal itself, as Batch sets them (and one secret per attempt): not the user's.
+REHEARSAL_SETS = ("AWS_BATCH_JOB_", "MNP_SECRET")
+
+
+def parse_env(items: Sequence[str], nodes: int) -> dict[str, str]:
+    """``--env NAME=VALUE`` options as the nodes' environment. A name must be a variable name
+    the rehearsal does not set itself; the ``MNP_*`` ones are read by the entrypoint's own
+    ``settings.config.load`` (as the main node of this job reads them), so an unknown name or a
+    bad value is the entrypoint's one line, here, before any container starts (exit 2)."""
+    env: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not ENV_NAME.match(name):
+            raise UsageError(f"--env {item!a}: expected NAME=VALUE with NAME a variable name "
+                             "(letters, digits, _), e.g. --env MNP_HEALTH=full")
+        if name.startswith(REHEARSAL_SETS):
+            raise UsageError(f"--env {name}: the rehearsal sets {name} on every node itself, as "
+                             "Batch does; leave it out")
+        if "\0" in value:
+            raise UsageError(f"--env {name}: the value contains a NUL byte")
+        env[name] = value
+    settings = {name: value for name, value in env.items() if name.startswith("MNP_")}
+    if settings:
+        try:
+            entrypoint_config.load({"AWS_BATCH_JOB_NODE_INDEX": "0",
+                                    "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+                                    "AWS_BATCH_JOB_NUM_NODES": str(nodes),
+                                    "AWS_BATCH_JOB_ID": "rehearsal#0", **settings})
+        except classes.ConfigError as exc:
+            raise UsageError(f"--env {exc}") from None
     return env
 
 
@@ -124,9 +184,11 @@ def _start_node(
     env: Mapping[str, str],
     mounts: Sequence[Mount] = (),
     extra: Mapping[str, Any] | None = None,
+    before_start: Callable[[Any], None] | None = None,
 ) -> Any:
     """Create and start node ``index`` on the rehearsal network; remembered for cleanup.
-    ``extra`` adds ``containers.create`` arguments (its ``environment`` is merged)."""
+    ``extra`` adds ``containers.create`` arguments (its ``environment`` is merged);
+    ``before_start`` is called with the created container (to attach to its output)."""
     extra = dict(extra or {})
     container = client.containers.create(
         image,
@@ -141,25 +203,45 @@ def _start_node(
         **extra,
     )
     run.containers[index] = container
+    if before_start is not None:
+        before_start(container)
     container.start()
     return container
 
 
-def _stream(container: Any, log: Log) -> threading.Thread:
-    """Forward the container's output to ``log`` line by line, in a background thread."""
+def _attach(container: Any) -> Any:
+    """The container's stdout and stderr as they are written, attached before it starts. Not
+    ``logs``: the json-file log driver stores text, so bytes that are not UTF-8 come back as
+    U+FFFD; attaching reads what the process wrote."""
+    return container.attach(stdout=True, stderr=True, stream=True, logs=False)
+
+
+def _stream(source: Any, log: Log, out: Out | None = None) -> threading.Thread:
+    """Forward a container's output (the chunks of ``_attach``) in a background thread: to
+    ``out`` as it is, whole lines at a time (the bytes unchanged, newlines included); without
+    ``out``, to ``log`` as text, one line per call (the Python API's callers that read lines)."""
+
+    def emit(data: bytes) -> None:
+        if out is not None:
+            out(data)
+            return
+        for line in data[:-1].split(b"\n") if data.endswith(b"\n") else data.split(b"\n"):
+            log(line.decode(errors="replace"))
 
     def pump() -> None:
         buffer = b""
         try:
-            for chunk in container.logs(stream=True, follow=True):
+            for chunk in source:
                 buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    log(line.decode(errors="replace"))
+                cut = buffer.rfind(b"\n") + 1
+                if not cut:
+                    continue
+                whole, buffer = buffer[:cut], buffer[cut:]
+                emit(whole)
         except (docker.errors.APIError, OSError, ValueError):
             return  # container removed under us: the final log is saved from the folder anyway
         if buffer:
-            log(buffer.decode(errors="replace"))
+            emit(buffer)
 
     thread = threading.Thread(target=pump, name="mnp-rehearsal-main-log", daemon=True)
     thread.start()
@@ -230,6 +312,7 @@ def rehearse(
     attempts: int = 1,
     node_options: NodeOptions | None = None,
     on_start: OnStart | None = None,
+    out: Out | None = None,
 ) -> int:
     """Run ``command`` on ``nodes`` containers of ``image`` as Batch would; the main's status.
 
@@ -239,7 +322,8 @@ def rehearse(
     ``timeout_s`` bounds the main node's run (status 124 when exceeded). ``seed`` fixes the
     children's start order. Ctrl-C stops everything and returns 130. ``mounts`` are bound on
     every node. A job ending with the infrastructure code runs again, up to ``attempts`` runs.
-    Containers and the network are always removed.
+    Containers and the network are always removed. ``out`` receives the main node's output
+    as bytes, unchanged (``write_out``); without it, its lines go to ``log``.
     """
     _check_args(nodes, command, late_node, mounts)
     _require_image(client, image)
@@ -250,7 +334,7 @@ def rehearse(
     for attempt in range(1, attempts + 1):
         folder = base if attempts == 1 else base / f"attempt{attempt}"
         job = _Job(image, nodes, command, late_node, env, late_delay_s, timeout_s,
-                   stop_timeout_s, seed, mounts, attempt, node_options, on_start)
+                   stop_timeout_s, seed, mounts, attempt, node_options, on_start, out)
         status = _rehearse_once(client, job, log, folder)
         cls, node, reason = ending(folder, status)
         log(f"attempt {attempt}/{attempts}: exit {status} ({cls} on node {node}): {reason}")
@@ -279,6 +363,7 @@ class _Job:
     attempt: int
     node_options: NodeOptions | None
     on_start: OnStart | None
+    out: Out | None = None
 
 
 def _rehearse_once(client: docker.DockerClient, job: _Job, log: Log, log_dir: Path) -> int:
@@ -286,12 +371,15 @@ def _rehearse_once(client: docker.DockerClient, job: _Job, log: Log, log_dir: Pa
     run = _Rehearsal(run_id=secrets.token_hex(4))
     shared = {**job.env, "MNP_SECRET": secrets.token_hex(32)}
 
+    attached: dict[int, Any] = {}
+
     def start(index: int, main_ip: str | None) -> Any:
         node_env = {**shared, **batch_environment(index, job.nodes, run.run_id, main_ip,
                                                   job.attempt)}
         extra = job.node_options(job.attempt, index) if job.node_options else None
+        hook = (lambda c: attached.setdefault(0, _attach(c))) if index == 0 else None
         container = _start_node(client, run, job.image, index, job.command, node_env,
-                                job.mounts, extra)
+                                job.mounts, extra, hook)
         if job.on_start:
             job.on_start(job.attempt, index, container)
         return container
@@ -302,7 +390,7 @@ def _rehearse_once(client: docker.DockerClient, job: _Job, log: Log, log_dir: Pa
             f"{run.network.name} (attempt {job.attempt})")
         main = start(0, None)
         main_ip = _container_ip(main, run.network.name)
-        streamer = _stream(main, log)
+        streamer = _stream(attached[0], log, job.out)
         _start_children(start, job.nodes, main_ip, job.late_node, job.late_delay_s, job.seed,
                         log)
         status = _wait_exit(main, job.timeout_s)

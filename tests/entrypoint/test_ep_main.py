@@ -290,3 +290,17 @@ def test_local_job_rejects_the_wrong_secret(job):
     code, out = finish(main)
     assert code == 200
     assert "rejected registration" in out and "authentication failed" in out
+
+
+def test_efa_without_devices_on_every_node_is_configuration(job):
+    """This host has no EFA device, so no node of the job has one: the job definition passes
+    none, the same on any host, so the main node ends it as configuration (not retried); no
+    launcher starts anywhere."""
+    nodes = [job(1, MNP_FABRIC="efa"), job(0, MNP_FABRIC="efa"), job(2, MNP_FABRIC="efa")]
+    code, out = finish(nodes[1])
+    assert code == 2, out
+    assert re.search(r"exit 2 \(configuration on node 0,1,2\): no node has an EFA device", out)
+    for child in (nodes[0], nodes[2]):
+        code, out = finish(child)
+        assert code == 2 and "found the same on every node" in out, out
+    assert list(job.outdir.iterdir()) == []  # the fake torchrun ran nowhere

@@ -100,7 +100,7 @@ def test_a_node_with_fewer_gpus_than_its_type_promises_fails_basic(docker_client
                 and "(infrastructure on node 0)" in line]
 
 
-def throttle(rate):
+def throttle(rate, burst="256kb"):
     """A tc token bucket on node 2's interface, from the host, as soon as it started."""
     def on_start(attempt, index, container):
         if index != 2:
@@ -108,7 +108,7 @@ def throttle(rate):
         container.reload()
         pid = str(container.attrs["State"]["Pid"])
         subprocess.run(["nsenter", "-t", pid, "-n", "tc", "qdisc", "add", "dev", "eth0", "root",
-                        "tbf", "rate", rate, "burst", "256kb", "latency", "400ms"], check=True)
+                        "tbf", "rate", rate, "burst", burst, "latency", "400ms"], check=True)
     return on_start
 
 
@@ -140,3 +140,50 @@ def test_invoke_run_attempts_stops_on_a_user_failure(cpu_tcp_image):
     assert proc.returncode == 3, (proc.stdout[-2000:], proc.stderr[-2000:])
     attempts = [line for line in proc.stdout.splitlines() if line.startswith("attempt ")]
     assert len(attempts) == 1 and attempts[0].startswith("attempt 1/2: exit 3 (user on node ")
+
+
+PAYLOAD = (b"[main 0/3] kept\n[/fsx/ckpt] saved step 100\n[bold]not bold[/bold]\n"
+           b"\x1b[31mred\x1b[0m\n\xff\xfe not UTF-8\n" + b"y" * 300 + b"\n")
+
+
+@pytest.mark.slow
+def test_invoke_run_passes_node_output_through_a_pipe_unchanged(cpu_tcp_image):
+    """Issue 31: what the job prints reaches a pipe byte for byte (Rich used to read it as
+    markup, and ``[/fsx/ckpt]`` killed the streaming thread), the rehearsal's own lines are one
+    line each however long, and its status is the job's. ``--env`` reaches the nodes."""
+    import base64
+    command = ["sh", "-c", f"echo {base64.b64encode(PAYLOAD).decode()} | base64 -d; "
+               'echo "health=$MNP_HEALTH"; exit 3']
+    proc = subprocess.run([sys.executable, "-m", "invoke", "run", "--stack", "cpu-tcp", "--nodes",
+                           "2", "--env", "MNP_LAUNCHER=none", "--env", "MNP_HEALTH=off", "--",
+                           *command], cwd=ROOT, capture_output=True, timeout=600, check=False)
+    assert proc.returncode == 3, (proc.stdout[-2000:], proc.stderr[-2000:])
+    assert PAYLOAD + b"health=off\n" in proc.stdout, proc.stdout[-3000:]
+    (attempt,) = [line for line in proc.stdout.splitlines() if line.startswith(b"attempt ")]
+    assert attempt.startswith(b"attempt 1/1: exit 3 (user on node 0)"), attempt
+    # the rehearsal's own longest line, whole (Rich folded lines at 100 columns in a pipe)
+    (first,) = [line for line in proc.stdout.splitlines() if line.startswith(b"rehearsal ")]
+    assert len(first) > 100 and re.fullmatch(rb"rehearsal \w+: 2 node\(s\) of \S+ on network "
+                                             rb"mnp-rehearsal-\w+ \(attempt 1\)", first), first
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rate", ["2mbit", "20mbit"])
+def test_a_very_slow_node_is_named_within_the_probes_bound(docker_client, cluster_image,
+                                                           tmp_path, rate):
+    """Issue 31: at 2 Mbit/s gloo's own 60 s transport timeout used to end the probe before any
+    figure was collected, and the gate blamed the main node it ran on. Each link now has its
+    own deadline: the throttled node is named, with its figure as a bound, within the probe's
+    bound (``health.FULL_BUDGET_S``), and no rank starts."""
+    from entrypoint.probe import health
+    code, lines = run(docker_client, cluster_image, tmp_path, SHOW_ATTEMPT,
+                      {"MNP_HEALTH": "full"}, on_start=throttle(rate))
+    assert code == errors.INFRASTRUCTURE_EXIT, lines
+    final = [line for line in lines if line.startswith("mnp-entrypoint[main 0/3]: exit ")][-1]
+    assert "exit 200 (infrastructure on node 2): bandwidth below the floor on node 2: " in final
+    failed = [line for line in lines if "health check failed after" in line]
+    took = float(re.search(r"failed after (\d+\.\d)s", failed[0]).group(1))
+    assert took <= health.FULL_BUDGET_S + 10, failed
+    assert not [line for line in lines if line.endswith("attempt 1")]  # no rank started
+    node2 = (tmp_path / "logs" / "node2.log").read_text(errors="replace").splitlines()
+    assert "exit 0" not in node2[-1] and "(infrastructure on node 2)" in node2[-1], node2[-3:]

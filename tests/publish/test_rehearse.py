@@ -196,3 +196,25 @@ def test_batch_environment_main_has_no_main_address():
     assert "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS" not in batch_environment(0, 2, "r", "x")
     child = batch_environment(1, 2, "r", "10.0.0.2")
     assert child["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] == "10.0.0.2"
+
+
+# -- issue 31: the nodes' output is the job's, passed on unchanged --------------------------
+
+PAYLOAD = (b"[main 0/3] kept\n[/fsx/ckpt] saved step 100\n[bold]not bold[/bold]\n"
+           b"\x1b[31mred\x1b[0m\n\xff\xfe not UTF-8\n" + b"y" * 300 + b"\nno newline at the end")
+
+
+def payload_command(code: int) -> list[str]:
+    """``sh`` printing ``PAYLOAD`` (carried in base64: the bytes are not all text), then
+    exiting with ``code``."""
+    import base64
+    return ["sh", "-c", f"echo {base64.b64encode(PAYLOAD).decode()} | base64 -d; exit {code}"]
+
+
+def test_the_main_nodes_output_reaches_out_byte_for_byte(docker_client, base_image, tmp_path):
+    received = []
+    status, log = _run(docker_client, base_image, payload_command(3), tmp_path, nodes=2,
+                       out=received.append)
+    assert b"".join(received) == PAYLOAD
+    assert status == 3  # the job's status, whatever its output held
+    assert not [line for line in log.lines if "not UTF-8" in line]  # not through ``log``
