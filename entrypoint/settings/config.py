@@ -65,6 +65,8 @@ SETTINGS = {
     "MNP_STATE_DIR": ("/run/mnp", "where per-job keys, hostfiles and sshd files are written"),
     "MNP_HEALTH": ("basic", "off | basic | full: the start-up health gate (docs/entrypoint.md "
                             "\"Start-up health gate\")"),
+    "MNP_DRIVER_CHECK": ("on", "on | warn | off: the NVIDIA driver against the image's CUDA "
+                               "(docs/entrypoint.md \"NVIDIA driver\")"),
 }
 
 # Names the entrypoint sets for the command (docs/entrypoint.md): not settings, but a value found
@@ -126,6 +128,7 @@ class Config(object):
         self.stop_timeout = 20.0
         self.state_dir = "/run/mnp"
         self.health = "basic"
+        self.driver_check = "on"
         self.attempt = 1
         self.attempt_source = "first attempt (no scheduler retry counter set)"
         for key, value in kwargs.items():
@@ -377,6 +380,7 @@ def load(env=None):
                               "most 200 characters" % ascii(state))
         cfg.state_dir = state
     cfg.health = _choice(env, "MNP_HEALTH", ("off", "basic", "full"), "basic")
+    cfg.driver_check = _choice(env, "MNP_DRIVER_CHECK", ("on", "warn", "off"), "on")
     cfg.attempt, cfg.attempt_source = _attempt(env)
     wiring.decide(cfg)  # needs the role, the launcher and the job id above
     return cfg
