@@ -37,6 +37,20 @@ def test_every_cuda_stack_has_a_floor_with_its_source_and_others_none():
         assert len(floor.short()) <= 256 and floor.short().startswith("NVIDIA driver >= ")
 
 
+def test_the_job_writers_forms_fit_their_formats():
+    """A Batch tag value allows only some characters and 256 of them; a Slurm comment is lines
+    starting with #; the Kubernetes annotation carries the whole line."""
+    for name in CUDA_STACKS:
+        floor = drivers.driver_floor(matrix().stacks[name])
+        value = floor.tag_value()
+        assert drivers.TAG_VALUE_RE.match(value), value
+        assert value.startswith(f"{floor.minimum} for CUDA ") and "https://docs.nvidia.com/" in value
+        lines = floor.comment_lines()
+        assert all(line.startswith("# ") for line in lines)
+        assert " ".join(line[2:] for line in lines) == floor.line()
+    assert not drivers.TAG_VALUE_RE.match("NVIDIA driver >= 580 (CUDA 13.2)")
+
+
 def test_the_floors_say_how_and_forward_compatibility_only_where_it_can_matter():
     stacks = matrix().stacks
     old = drivers.driver_floor(stacks["cuda10.1-tcp"])

@@ -11,6 +11,8 @@ same floor on every GPU node at start (``entrypoint/probe/driver.py``).
 
 from __future__ import annotations
 
+import re
+import textwrap
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -22,6 +24,13 @@ from matrix.model.entities import Stack
 from matrix.model.schema import check_schema
 
 TABLE = Path(__file__).parent / "drivers.yaml"
+# Where the job writers put the floor (the integrator's hooks call these; see the README section
+# "NVIDIA drivers and AMIs"). A Batch tag value: at most 256 characters of letters, digits,
+# spaces and _ . : / = + - @ (https://docs.aws.amazon.com/tag-editor/latest/userguide/tagging.html
+# "Tag naming limits and requirements"; API_RegisterJobDefinition.html, tags).
+BATCH_TAG = "mnp:nvidia-driver-min"
+K8S_ANNOTATION = "mnp-stacks/nvidia-driver-min"
+TAG_VALUE_RE = re.compile(r"^[\w\s_.:/=+\-@]{0,256}$")
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,17 @@ class DriverFloor:
     def short(self) -> str:
         """At most 256 characters (an AWS Batch tag value): the floor and its first source URL."""
         return f"NVIDIA driver >= {self.minimum} (CUDA {self.cuda}; {self.source.split()[0]})"[:256]
+
+    def tag_value(self) -> str:
+        """The floor as an AWS tag value (``BATCH_TAG``): only the characters tags allow."""
+        return f"{self.minimum} for CUDA {self.cuda} - {self.source.split()[0]}"[:256]
+
+    def comment_lines(self, width: int = 100, prefix: str = "# ") -> list[str]:
+        """:meth:`line` as comment lines (a Slurm script), each at most ``width`` wide where the
+        words allow."""
+        return textwrap.wrap(self.line(), width, initial_indent=prefix,
+                             subsequent_indent=prefix, break_long_words=False,
+                             break_on_hyphens=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"cuda": self.cuda, "minimum": self.minimum, "source": self.source,
