@@ -47,9 +47,9 @@ _NOTES = "https://docs.nvidia.com/cuda/archive/{}/cuda-toolkit-release-notes/ind
 # CUDA release -> (minimum Linux driver, source). From CUDA 11 one floor holds for a whole major
 # release (minor-version compatibility); before it, each release needs its toolkit's driver.
 FLOORS = {
-    "10.1": ("418.39", _NOTES.format("10.1") + " Table 3 \"CUDA Toolkit and Corresponding "
-             "Driver Versions\" (CUDA 10.1 (10.1.105 general release, and updates) >= 418.39; "
-             "no minor-version compatibility before CUDA 11)"),
+    "10.1": ("418.39", _NOTES.format("10.1") + " section \"CUDA Driver\", table \"CUDA "
+             "Toolkit and Compatible Driver Versions\" (CUDA 10.1 (10.1.105 general release, "
+             "and updates) >= 418.39; no minor-version compatibility before CUDA 11)"),
     "11": ("450.80.02", _MINOR + "; " + _NOTES.format("11.7.1") + " Table 2 (CUDA 11.x "
            ">= 450.80.02)"),
     "12": ("525.60.13", _MINOR + "; " + _NOTES.format("12.1.1") + " Table 2 (CUDA 12.x "
