@@ -126,3 +126,11 @@ def test_the_readme_names_the_amis_driver_branches():
         assert floor in section
     assert "github.com/aws/amazon-ecs-ami" in section and "amazon-eks-ami" in section
     assert Path("matrix/model/drivers.yaml").as_posix() in section
+
+
+def test_a_writer_holding_only_the_name_gets_the_same_floor():
+    assert drivers.floor_named("cuda12.1-efa") == drivers.driver_floor(
+        matrix().stacks["cuda12.1-efa"])
+    assert drivers.floor_named("cpu-tcp") is None
+    with pytest.raises(UserError):
+        drivers.floor_named("no-such-stack")

@@ -135,3 +135,13 @@ def driver_floor(stack: Stack, path: Path = TABLE) -> DriverFloor | None:
         raise UserError(f"{path.name}: no driver floor for CUDA {cuda} (stack {stack.name}): add "
                         f"cuda.\"{'.'.join(map(str, _release(cuda)))}\" with its source")
     return found
+
+
+def floor_named(stack_name: str, stacks_file: Path | None = None) -> DriverFloor | None:
+    """:func:`driver_floor` of the stack named ``stack_name`` in ``stacks_file`` (the project's
+    stacks.yaml by default), for writers that hold only the name; an unknown name is the
+    loader's one-line error."""
+    from matrix.model.loader import load_matrix
+    from matrix.model.settings import ROOT
+
+    return driver_floor(load_matrix(stacks_file or ROOT / "stacks.yaml").stack(stack_name))
