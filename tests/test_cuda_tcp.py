@@ -85,3 +85,70 @@ def test_pytorch_adds_one_layer_per_step(docker_client, cuda_build):
     big = [s for s in added_steps(docker_client, layer.ref, layer.parent) if s.size > 1_000_000]
     assert len(big) == len(steps) + 1  # each group, then torch
     assert sum(s.size for s in big) > 4_000_000_000  # the wheels are all there, just split
+
+
+# -- issue 33: the NVIDIA driver against the image's CUDA, in the built image -----------------------
+# A stand-in nvidia-smi (the formats: tests/entrypoint/test_ep_driver.py) is mounted where the
+# NVIDIA container runtime puts the real one, /usr/local/nvidia/bin, first on the image's PATH.
+H100 = "NVIDIA H100 80GB HBM3"
+RAN = "the-command-ran"
+
+
+def _driver_run(final, tmp_path, version, name=H100, compat=None, **env):
+    from tests.entrypoint.test_ep_driver import smi_script
+
+    bindir = tmp_path / f"bin-{version}"
+    bindir.mkdir()
+    (bindir / "nvidia-smi").write_text(smi_script(version, name, gpus=1))
+    (bindir / "nvidia-smi").chmod(0o755)
+    argv = ["/usr/bin/docker", "run", "--rm", "--label", "mnp-test=1",
+            "-v", f"{bindir}:/usr/local/nvidia/bin:ro"]
+    if compat:
+        lib = tmp_path / "compat"
+        lib.mkdir()
+        (lib / f"libcuda.so.{compat}").write_text("")
+        argv += ["-v", f"{lib}:/usr/local/cuda-13.2/compat:ro"]
+    for key, value in env.items():
+        argv += ["-e", f"{key}={value}"]
+    argv += [final, "python3", "-c", f"print({RAN!r})"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_an_old_driver_is_a_problem_and_fails_the_node_before_any_rank(cuda_build, tmp_path):
+    final = cuda_build.chains[STACK][-1]
+    (tmp_path / "dry").mkdir()
+    dry = _driver_run(final, tmp_path / "dry", "550.54.15", MNP_DRY_RUN="1")
+    assert dry.returncode == 1, dry.stdout + dry.stderr
+    assert "PROBLEM (a real run stops here): node " in dry.stdout
+    assert ("NVIDIA driver 550.54.15 (nvidia-smi --query-gpu=driver_version) is older than the "
+            "580-series floor 580 that the image's CUDA 13.2.86") in dry.stdout
+    (tmp_path / "real").mkdir()
+    real = _driver_run(final, tmp_path / "real", "550.54.15")
+    assert real.returncode == 2, real.stdout + real.stderr
+    last = (real.stdout + real.stderr).strip().splitlines()[-1]
+    assert "exit 2 (configuration on node 0): node " in last and "550.54.15" in last, last
+    assert RAN not in real.stdout
+
+
+def test_a_new_driver_is_neither_a_problem_nor_a_failure(cuda_build, tmp_path):
+    final = cuda_build.chains[STACK][-1]
+    (tmp_path / "dry").mkdir()
+    dry = _driver_run(final, tmp_path / "dry", "580.82.07", MNP_DRY_RUN="1")
+    assert dry.returncode == 0 and "PROBLEM" not in dry.stdout, dry.stdout + dry.stderr
+    assert "note: NVIDIA driver 580.82.07" in dry.stdout and ": met" in dry.stdout
+    (tmp_path / "real").mkdir()
+    real = _driver_run(final, tmp_path / "real", "580.82.07")
+    assert real.returncode == 0 and RAN in real.stdout, real.stdout + real.stderr
+
+
+def test_forward_compatibility_in_the_image_for_a_datacenter_gpu_only(cuda_build, tmp_path):
+    final = cuda_build.chains[STACK][-1]
+    (tmp_path / "dc").mkdir()
+    dc = _driver_run(final, tmp_path / "dc", "535.183.01", compat="580.82.07", MNP_DRY_RUN="1")
+    assert dc.returncode == 0, dc.stdout + dc.stderr
+    assert "  LD_LIBRARY_PATH=/usr/local/cuda-13.2/compat" in dc.stdout
+    (tmp_path / "rtx").mkdir()
+    rtx = _driver_run(final, tmp_path / "rtx", "535.183.01", name="NVIDIA GeForce RTX 4090",
+                      compat="580.82.07", MNP_DRY_RUN="1")
+    assert rtx.returncode == 1 and "is not one" in rtx.stdout, rtx.stdout + rtx.stderr
+    assert "LD_LIBRARY_PATH=/usr/local/cuda-13.2/compat" not in rtx.stdout

@@ -113,6 +113,21 @@ def test_entrypoint_counts_the_gpus_as_slots(docker_client, image):
     assert f"nvidia-smi -L ({gpus} GPU" in out, out[-3000:]
 
 
+def test_the_real_driver_is_read_and_compared_with_the_images_cuda(docker_client, image):
+    """Issue 33 on real hardware: the entrypoint reads the host's driver (what nvidia-smi says
+    here) and compares it with the image's CUDA 13.2: met on R580 or newer, else a PROBLEM."""
+    host = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                          capture_output=True, text=True, check=True).stdout.split()[0]
+    # warn: the comparison is a note either way, so the dry run exits 0 and its output is read
+    out = _run(docker_client, image, ["python3", "-c", "print(1)"],
+               {"MNP_DRY_RUN": "1", "MNP_DRIVER_CHECK": "warn"})
+    assert f"NVIDIA driver {host} (nvidia-smi --query-gpu=driver_version)" in out, out[-3000:]
+    assert "CUDA 13.2" in out, out[-3000:]
+    if int(host.split(".")[0]) >= 580:
+        out = _run(docker_client, image, ["python3", "-c", "print(1)"], {"MNP_DRY_RUN": "1"})
+        assert "PROBLEM" not in out and ": met" in out, out[-3000:]
+
+
 def test_pytorch_sees_the_device(docker_client, image):
     out = _run(docker_client, image, ["python3", "-c", "import torch; "
                                        "print(torch.cuda.is_available(), torch.cuda.device_count())"],

@@ -18,7 +18,7 @@ import shlex
 from .. import launchers
 from ..core.nodes import NodeInfo
 from ..launchers import base, mpi
-from ..probe import fabric, health, preflight
+from ..probe import driver, fabric, health, preflight
 from . import checks, hostfile, roles
 from . import env as planenv
 from .record import PLAN_VERSION, Plan, redact, redact_lines  # noqa: F401 (the plan's record)
@@ -100,6 +100,7 @@ def make_plan(cfg, facts, command, user_env, table=None, hostfiles=None):
         request.launcher_args = mpi.apply(plan, env, unit, facts.interface, user_env,
                                           cfg.launcher_args, hostfile_path if hostfiles else None)
     full, kept = planenv.merge(user_env, env)
+    driver.apply(plan, env, full, facts, getattr(cfg, "driver_check", "on"))  # issue 33
     plan.kept.extend(kept)
     plan.notes.extend(unit.prepare_environment(full))
     request.environment = full

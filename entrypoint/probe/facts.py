@@ -20,7 +20,7 @@ try:
 except ImportError:  # not on every platform; the memlock check is then skipped
     resource = None
 
-from . import fabric, netaddr, slots
+from . import driver, fabric, netaddr, slots
 
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd", "/sbin/sshd")
 
@@ -58,7 +58,8 @@ FIELDS = ("instance_type", "instance_source", "gpus", "gpu_names", "hpus", "efa_
           "fi_info_efa", "nic_vendor", "interface", "address", "address_reason", "slots",
           "slots_source", "versions", "version_sources", "binaries", "plugin_path",
           "plugin_ofi_only", "hccl_wrapper", "libdirs", "is_root", "user", "home", "origin",
-          "shm_bytes", "memlock")
+          "shm_bytes", "memlock", "driver_version", "driver_source", "cuda_version",
+          "cuda_source", "cuda_compat")
 
 
 class NodeFacts(object):
@@ -91,6 +92,9 @@ class NodeFacts(object):
         self.origin = "probed on this node"
         self.shm_bytes = None  # size of /dev/shm, None when unknown
         self.memlock = None  # RLIMIT_MEMLOCK soft limit in bytes, -1 unlimited, None unknown
+        self.driver_version = self.driver_source = None  # NVIDIA driver (probe.driver)
+        self.cuda_version = self.cuda_source = None  # the image's CUDA (probe.driver)
+        self.cuda_compat = None  # {"dir", "driver"}: CUDA forward-compatibility libraries
         for key, value in kwargs.items():
             if key not in FIELDS:
                 raise TypeError("unknown NodeFacts field %s" % key)
@@ -202,6 +206,7 @@ def probe(cfg, environ, root="/", run=None, which=None, imds=None, address=None)
         facts.fi_info_efa = None if out is None else ("provider: efa" in out)
 
     _versions(facts, root, run)
+    driver.probe(facts, environ, root, run, python_package_version)
     facts.shm_bytes, facts.memlock = shm_size(root), memlock_limit() if root == "/" else None
     facts.libdirs = [d for d in LIBDIRS if os.path.isdir(_under(root, d))]
     wrapper = _first_file(root, HCCL_WRAPPER_GLOBS)

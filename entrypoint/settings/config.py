@@ -142,6 +142,9 @@ def _table():
         Setting("MNP_HEALTH", "health", "basic", _choice_of(("off", "basic", "full")),
                 "off | basic | full: the start-up health gate (docs/entrypoint.md \"Start-up "
                 "health gate\")"),
+        Setting("MNP_DRIVER_CHECK", "driver_check", "on", _choice_of(("on", "warn", "off")),
+                "on | warn | off: the NVIDIA driver against the image's CUDA (docs/entrypoint.md "
+                "\"NVIDIA driver\")"),
     )
 
 

@@ -38,11 +38,13 @@ if TYPE_CHECKING:
 def stacks_data(matrix: Matrix) -> list[dict[str, Any]]:
     """Every stack with its base, component versions, targets, rule check and whether it can be
     built yet, as data."""
+    from matrix.model.drivers import driver_floor
     from matrix.model.rules import check_matrix
 
     rows = []
     for name, violations in check_matrix(matrix).items():
         stack = matrix.stacks[name]
+        floor = driver_floor(stack)
         rows.append({
             "name": name, "default": name == default_stack(matrix),
             "base": {"name": stack.base.name, "image": stack.base.image,
@@ -54,6 +56,7 @@ def stacks_data(matrix: Matrix) -> list[dict[str, Any]]:
             "violations": [_violation_text(v) for v in violations],
             "buildable": not stack.unpinned(),
             "unpinned": stack.unpinned(),
+            "driver": floor.to_dict() if floor else None,  # issue 33: the host's NVIDIA driver
         })
     return rows
 
@@ -204,6 +207,10 @@ def _print_blocks(matrix: Matrix, rows: list[dict[str, Any]], width: int) -> Non
         out.extend(_field("base", [row["base"]["image"]], width))
         out.extend(_field("components", component_parts(row), width))
         out.extend(_field("instances", row["instances"], width))
+        if row["driver"]:
+            out.extend(textwrap.wrap(f"  {'driver:':<12}{row['driver']['line']}", width,
+                                     subsequent_indent=" " * 14, break_long_words=False,
+                                     break_on_hyphens=False))
     print("\n".join(out))
 
 
