@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import docker
-from docker.errors import APIError, ImageNotFound, NotFound
+from docker.errors import APIError, ImageNotFound
 from rich.console import Console
 from rich.table import Table
 
 from matrix.errors import UserError
 from matrix.image import bootstrap, budget, ca, cutoff, engine, lock, proxy, schedule
+from matrix.image import registry as reg
 from matrix.image.plan import LABEL_PREFIX, Layer, Plan
 from matrix.image.progress import LayerResult, Reporter, mb
 from matrix.model.settings import ROOT
@@ -42,14 +43,22 @@ TAIL_LINES = 25
 def build(client: docker.DockerClient, plan: Plan, stacks: list[str], *,
           registry: str | None = None, ca_bundle: Path | None = None,
           console: Console | None = None, state: Path = STATE,
-          no_cache: bool = False, jobs: int | None = None) -> list[LayerResult]:
+          no_cache: bool = False, jobs: int | None = None,
+          retry: reg.Retry | None = None) -> list[LayerResult]:
     """Build what the stacks need, up to ``jobs`` layers at once; one result per layer.
 
-    Raises :class:`UserError` after a failure (once the layers already running are done).
+    With a ``registry``, its answer for the first layer is read before anything is built, so a
+    registry that refuses our credentials ends the run (one line, :mod:`registry`) with nothing
+    built; ``retry`` is the backoff while it is busy. Raises :class:`UserError` after a failure
+    (once the layers already running are done).
     """
     console = console or Console(highlight=False)
     key = lock.engine_key(client)
     cutoff.sweep(client, state, key, console.print)
+    layers = plan.order(stacks)
+    if registry and layers:
+        reg.has_manifest(client, remote_ref(layers[0], registry), registry, retry=retry,
+                         log=console.print)
     bases = {base.name: base for base in (plan.matrix.stack(s).base for s in stacks)}
     for base in bases.values():
         try:
@@ -57,10 +66,10 @@ def build(client: docker.DockerClient, plan: Plan, stacks: list[str], *,
         except engine.ENGINE_FAULTS as exc:
             raise engine.fault(client, exc, f"checking base image {base.image}") from None
         console.print(f"base {base.image}: {how}")
-    layers = plan.order(stacks)
     reporter = Reporter(console, layers)
     with ca.serve(ca_bundle) as ca_url:
-        job = _Job(client, registry, ca_url, proxy.build_args(), reporter, state, no_cache, key)
+        job = _Job(client, registry, ca_url, proxy.build_args(), reporter, state, no_cache, key,
+                   retry)
 
         def done(result: LayerResult) -> None:
             reporter.done(result)
@@ -103,6 +112,7 @@ class _Job:
     state: Path
     no_cache: bool
     engine_key: str
+    retry: reg.Retry | None = None
 
     def layer(self, layer: Layer, parent: LayerResult | None) -> LayerResult:
         """Reuse, pull or build one layer under its lock; engine faults become one line, after
@@ -122,7 +132,8 @@ class _Job:
                   steps: cutoff.Steps) -> LayerResult:
         if _trusted(self.client, layer, self.reporter):
             result = LayerResult(layer, "cached")
-        elif self.registry and _pull(self.client, layer, self.registry):
+        elif self.registry and _pull(self.client, layer, self.registry, self.retry,
+                                     self.reporter.say):
             result = LayerResult(layer, "pulled")
         else:
             self.reporter.start(layer)
@@ -275,15 +286,21 @@ def remote_ref(layer: Layer, registry: str) -> str:
     return f"{registry.rstrip('/')}/{layer.ref}"
 
 
-def _pull(client: docker.DockerClient, layer: Layer, registry: str) -> bool:
-    """Pull the layer from the registry when it is there, and tag it under the local name."""
+def _pull(client: docker.DockerClient, layer: Layer, registry: str, retry: reg.Retry | None,
+          log) -> bool:
+    """Pull the layer from the registry when it is there, and tag it under the local name.
+
+    Absent (404) means build it; refused credentials or a registry busy through every retry
+    is one :class:`UserError` (:mod:`registry`), never a silent rebuild.
+    """
     remote = remote_ref(layer, registry)
-    try:
-        client.images.get_registry_data(remote)
-    except (NotFound, APIError):
+    if not reg.has_manifest(client, remote, registry, retry=retry, log=log):
         return False
     repository, tag = remote.rsplit(":", 1)
-    image = client.images.pull(repository, tag=tag)
+    image = reg.call(client, lambda: client.images.pull(repository, tag=tag), registry,
+                     f"pulling {remote}", retry=retry, log=log)
+    if image is None:  # deleted between the two calls
+        return False
     local_repo, local_tag = layer.ref.rsplit(":", 1)
     image.tag(local_repo, local_tag)
     return True

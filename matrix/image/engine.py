@@ -123,11 +123,13 @@ def ensure(start: bool = True, wait_s: float = 60) -> docker.DockerClient:
 # What the full test suite needs from the distribution: command -> Debian packages. scontrol:
 # the Slurm host list tests compare the entrypoint's expansion with the real one; cc: the
 # preflight tests build a plugin whose dependency is missing; ssh-keygen and ssh: the
-# entrypoint's SSH trust tests. Without them those tests would skip on a new machine.
+# entrypoint's SSH trust tests; htpasswd: the loopback registry with authentication on. Without
+# them those tests would skip on a new machine.
 SYSTEM_TOOLS = {"dockerd": ("docker.io",), "mmdebstrap": ("mmdebstrap",),
                 "docker-registry": ("docker-registry",), "scontrol": ("slurm-client",),
                 "cc": ("gcc", "libc6-dev"), "ssh-keygen": ("openssh-client",),
-                "ssh": ("openssh-client",), "ip": ("iproute2",)}
+                "ssh": ("openssh-client",), "ip": ("iproute2",),
+                "htpasswd": ("apache2-utils",)}
 
 
 def ensure_system_tools() -> None:

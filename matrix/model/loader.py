@@ -11,7 +11,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier
 
 from matrix.errors import UserError, did_you_mean, excerpt
-from matrix.model import yamlsrc
+from matrix.model import reference, yamlsrc
 from matrix.model.entities import Base, ComponentVersion, Matrix, Stack, comparable, specifier
 from matrix.model.instances import INSTANCE_TYPES, TABLE
 from matrix.model.schema import check_options, check_schema, key_text
@@ -26,6 +26,7 @@ def load_matrix(path: Path) -> Matrix:
     check_schema(located, "stacks")
     check_options(located)
     data = located.data
+    _check_base_references(located)
     bases = {name: _base(name, spec) for name, spec in data["bases"].items()}
     _check_versions(located)
     _check_cuda_ranges(located)
@@ -43,6 +44,20 @@ def load_matrix(path: Path) -> Matrix:
 def _base(name: str, spec: dict[str, Any]) -> Base:
     return Base(name=name, image=spec["image"], os=spec["os"], provides=dict(spec["provides"]),
                 bootstrap=spec.get("bootstrap"), provide_hint=spec.get("provide_hint", ""))
+
+
+def _check_base_references(located: yamlsrc.Located) -> None:
+    """Each base's ``image`` must be a reference the Docker engine accepts (its own grammar),
+    so a base may live in any registry, one with a port too; a digest must be sha256."""
+    for name, base in located.data["bases"].items():
+        here = ("bases", name, "image")
+        try:
+            parsed = reference.parse(base["image"])
+        except ValueError as exc:
+            raise UserError(f"{located.where(here)}: bases/{name}/image: {exc}") from None
+        if parsed.digest and not parsed.digest.startswith("sha256:"):
+            raise UserError(f"{located.where(here)}: bases/{name}/image: digest "
+                            f"{excerpt(parsed.digest)} is not sha256:<64 hex digits>")
 
 
 def _check_versions(located: yamlsrc.Located) -> None:

@@ -41,6 +41,7 @@ class LocalRegistry:
     root: Path
     port: int = field(default_factory=_free_port)
     process: subprocess.Popen | None = None
+    htpasswd: Path | None = None  # a bcrypt htpasswd file turns the registry's Basic auth on
 
     @property
     def host(self) -> str:
@@ -58,7 +59,9 @@ class LocalRegistry:
             "version: 0.1\n"
             "log:\n  level: info\n"
             f"storage:\n  filesystem:\n    rootdirectory: {self.root / 'data'}\n"
-            f"http:\n  addr: {self.host}\n  secret: {secrets.token_hex(16)}\n",
+            f"http:\n  addr: {self.host}\n  secret: {secrets.token_hex(16)}\n"
+            + (f"auth:\n  htpasswd:\n    realm: mnp-test\n    path: {self.htpasswd}\n"
+               if self.htpasswd else ""),
             encoding="utf-8",
         )
         return config
@@ -75,7 +78,7 @@ class LocalRegistry:
             if self.process.poll() is not None:
                 raise RuntimeError(f"docker-registry exited: {self.log_path.read_text()[-2000:]}")
             try:
-                if self.get("/v2/").status == 200:
+                if self.get("/v2/").status == (401 if self.htpasswd else 200):
                     return
             except OSError:
                 time.sleep(0.1)
