@@ -99,9 +99,11 @@ ELASTIC_MAX_RESTARTS = 3
 RDZV_ID_HEX_BYTES = 4
 # The ClusterTrainingRuntime Kubeflow Trainer installs for torchrun jobs
 # (https://github.com/kubeflow/trainer/blob/master/manifests/base/runtimes/torch_distributed.yaml).
-# Its node container has a `command:` of its own (`/bin/bash -c` printing the PET_ variables),
-# which would replace the image's ENTRYPOINT and take our args as its own; so a TrainJob, and only
-# a TrainJob, names the entrypoint as the trainer's command (the image's ENTRYPOINT path).
+# Up to v2.0 its node container had a `command:` of its own (`/bin/bash -c` printing the PET_
+# variables; commit 0c78efb0ccfce7b35fc2867b832f5cfed7750460), which would replace the image's
+# ENTRYPOINT and take our args as its own; from v2.1.0 it has none. A TrainJob, and only a
+# TrainJob, names the entrypoint as the trainer's command (the image's ENTRYPOINT path): right
+# under both, and under a cluster whose runtime someone gave a command again.
 TRAIN_RUNTIME = "torch-distributed"
 # The volumes (/dev/shm, --mount, --pvc) reach a TrainJob's pods only through spec.runtimePatches,
 # which Kubeflow Trainer has from v2.2.0 on: its changelog's "Breaking Changes" (kubeflow/trainer
