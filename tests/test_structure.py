@@ -16,7 +16,7 @@ PACKAGES = ("matrix", "entrypoint")
 MAX_LINES = 600
 MAX_ENTRYPOINT_LINES = 400  # issue 22: the entrypoint's modules are smaller still
 # matrix/'s rooms in pipeline order: a module may import its own room and the rooms before it.
-ROOMS = ("errors", "model", "image", "deploy", "jobs", "cli")
+ROOMS = ("errors", "model", "image", "jobs", "deploy", "cli")
 # entrypoint/'s rooms in pipeline order (docs/architecture.md): settings and probes below the plan,
 # the plan below the rendezvous and the run, nothing below importing the rendezvous server.
 ENTRYPOINT_ROOMS = ("core", "schedulers", "probe", "launchers", "settings", "plan", "rendezvous",

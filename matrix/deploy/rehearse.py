@@ -36,8 +36,8 @@ import docker.errors
 import requests.exceptions
 
 from entrypoint.core import errors as classes
-from matrix.deploy.mounts import Mount, docker_binds
 from matrix.errors import UserError
+from matrix.jobs.mounts import Mount, docker_binds
 
 Log = Callable[[str], None]
 # Test hooks (the Python API only): extra ``containers.create`` arguments for node ``index`` of

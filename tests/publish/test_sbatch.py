@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from matrix.deploy.mounts import Mount
-from matrix.deploy.sbatch import (
+from matrix.errors import UserError
+from matrix.jobs.mounts import Mount
+from matrix.jobs.sbatch import (
     DEFAULT_MAX_ATTEMPTS,
     ENTRYPOINT,
     REQUEUE_EXIT_CODES,
@@ -29,7 +30,6 @@ from matrix.deploy.sbatch import (
     directives,
     enroot_image,
 )
-from matrix.errors import UserError
 from matrix.model.instances import get_instance_type
 from matrix.model.loader import load_matrix
 from tests.helpers import one_line

@@ -78,9 +78,9 @@ from dataclasses import dataclass
 
 from entrypoint import launchers
 from entrypoint.core.errors import INFRASTRUCTURE_EXIT
-from matrix.deploy.jobdef import DEFAULT_WAIT_TIMEOUT_S, is_pinned, mnp_environment
-from matrix.deploy.mounts import Mount, pyxis_mounts
 from matrix.errors import UserError
+from matrix.jobs.mounts import Mount, pyxis_mounts
+from matrix.jobs.spec import DEFAULT_WAIT_TIMEOUT_S, comment_lines, is_pinned, mnp_environment
 from matrix.model.instances import InstanceType, get_instance_type
 
 # The launchers whose ranks Slurm can start itself (``ranks="srun"``); the others run once per node.
@@ -240,6 +240,7 @@ def build_sbatch_script(
     env: Mapping[str, str] | None = None,
     wait_timeout_s: int = DEFAULT_WAIT_TIMEOUT_S,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    notices: Sequence[str] = (),
 ) -> str:
     """The batch script: ``nodes`` x ``instance_type`` running ``command`` in ``image_uri``."""
     instance = get_instance_type(instance_type)
@@ -259,6 +260,7 @@ def build_sbatch_script(
         f"# Needs pyxis >= {PYXIS_MINIMUM} (the first with --container-env: {PYXIS_SOURCE})",
         "# and enroot on the cluster. Every task runs mnp-entrypoint, which reads its own Slurm",
         "# variables; pyxis never runs the image's ENTRYPOINT per task.",
+        *comment_lines(notices),
         *_directives(stack, nodes, instance, shape.tasks_per_node),
         "set -euo pipefail",
         "",

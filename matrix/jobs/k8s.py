@@ -41,16 +41,19 @@ from typing import Any
 import yaml
 
 from entrypoint.core.limits import MAX_NODES
-from matrix.deploy import crds
-from matrix.deploy.jobdef import (
+from matrix.errors import UsageError, UserError
+from matrix.jobs import crds
+from matrix.jobs.mounts import Claim, Mount, k8s_volumes
+from matrix.jobs.spec import (
     DEFAULT_ATTEMPTS,
     DEFAULT_WAIT_TIMEOUT_S,
     MAX_ATTEMPTS,
+    NOTICE_ANNOTATION,
+    annotation,
+    comment_lines,
     is_pinned,
     mnp_environment,
 )
-from matrix.deploy.mounts import Claim, Mount, k8s_volumes
-from matrix.errors import UsageError, UserError
 from matrix.model.instances import InstanceType, get_instance_type
 
 KINDS = {"pytorchjob": "PyTorchJob", "trainjob": "TrainJob", "mpijob": "MPIJob"}
@@ -377,6 +380,7 @@ def build_manifest(
     env: Mapping[str, str] | None = None,
     wait_timeout_s: int = DEFAULT_WAIT_TIMEOUT_S,
     attempts: int = DEFAULT_ATTEMPTS,
+    notices: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The ``kind`` manifest (pytorchjob, trainjob, mpijob) for ``nodes`` x ``instance_type``,
     validated against the vendored CRD. ``attempts``: a PyTorchJob's runs (see RESTART_NEVER);
@@ -405,6 +409,8 @@ def build_manifest(
         manifest = trainjob(job)
     else:
         manifest = mpijob(job)
+    if notices:  # what the submitter must know (spec.py), kept by the API server
+        manifest["metadata"].setdefault("annotations", {}).update(annotation(notices))
     crds.validate(manifest)
     return manifest
 
@@ -419,6 +425,9 @@ class _PlainDumper(yaml.SafeDumper):
 def to_yaml(manifest: Mapping[str, Any]) -> str:
     """``manifest`` as the YAML document ``kubectl apply -f`` takes, keys in the order built;
     what it needs of the cluster (its ``mnp-stacks/requires`` annotation) as a first comment."""
-    needs = manifest.get("metadata", {}).get("annotations", {}).get(REQUIRES)
+    annotations = manifest.get("metadata", {}).get("annotations", {})
+    needs = annotations.get(REQUIRES)
     head = f"# Requires {needs}\n" if needs else ""
+    notices = annotations.get(NOTICE_ANNOTATION, "")
+    head += "".join(line + "\n" for line in comment_lines(notices.splitlines()))
     return head + yaml.dump(dict(manifest), Dumper=_PlainDumper, sort_keys=False, width=100)
