@@ -79,7 +79,7 @@ BREAKS = [
           [("tests/test_seed_jobs.py -k articles_own_values", {})]),
     Break("srun-mpi-none", "a one-task-per-node step leaves --mpi to the site's MpiDefault: under "
           "pmix every task is taken for one rank and mpirun never starts",
-          [("matrix/deploy/sbatch.py", '    words = ["srun", "--mpi=pmix" if shape.mpi else "--mpi=none"]\n',
+          [("matrix/jobs/sbatch.py", '    words = ["srun", "--mpi=pmix" if shape.mpi else "--mpi=none"]\n',
             '    words = ["srun"] + (["--mpi=pmix"] if shape.mpi else [])\n')],
           [("tests/integration/test_slurm_pyxis.py -k mpirun_inside_the_allocation", {})]),
     Break("slurm-self-wiring", "a Slurm step's SSH launcher is no longer wired by the entrypoints",

@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 import docker  # noqa: E402
 
-from matrix.deploy.mounts import Mount  # noqa: E402
 from matrix.deploy.rehearse import rehearse  # noqa: E402
+from matrix.jobs.mounts import Mount  # noqa: E402
 
 MODES = ("off", "basic", "full")
 NODES = 3

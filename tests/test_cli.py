@@ -536,8 +536,8 @@ def test_completion_of_instance_types_and_launchers():
 def test_completion_of_scheduler_kind_and_rdzv_values():
     """Issue 25: nothing was offered after --scheduler, --kind or --rdzv; the values come from
     the lists the tasks check them against."""
-    from matrix.deploy.explain import RDZV_BACKENDS, SCHEDULERS
-    from matrix.deploy.k8s import KINDS
+    from matrix.jobs.explain import RDZV_BACKENDS, SCHEDULERS
+    from matrix.jobs.k8s import KINDS
 
     assert complete("invoke", "explain", "--scheduler", "''") == list(SCHEDULERS)
     assert complete("./dev", "invoke", "explain", "--scheduler", "=", "py") == ["pytorchjob"]

@@ -72,7 +72,7 @@ def test_cuda11_7_nccl_tests_no_longer_asks_for_sm_90():
 
 @pytest.mark.parametrize("instance_type", ["p5.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge"])
 def test_cuda13_efa_job_definitions_validate_with_botocore(instance_type):
-    from matrix.deploy.jobdef import build_job_definition, validate_job_definition
+    from matrix.jobs.jobdef import build_job_definition, validate_job_definition
     from matrix.model.instances import INSTANCE_TYPES
 
     matrix = load_matrix(ROOT / "stacks.yaml")

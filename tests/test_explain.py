@@ -13,8 +13,8 @@ import pytest
 from entrypoint import launchers
 from entrypoint.probe import fabric
 from matrix.cli import deploy
-from matrix.deploy.explain import ExplainError, explain, parse_nodes
 from matrix.errors import UserError
+from matrix.jobs.explain import ExplainError, explain, parse_nodes
 from matrix.model.instances import INSTANCE_TYPES
 from matrix.model.loader import load_matrix
 

@@ -176,7 +176,7 @@ def test_hccl_wrapper_readme_is_cited_at_a_commit_with_its_era():
 
 
 def test_explain_names_the_habana_fork_where_stacks_yaml_installs_it_from():
-    from matrix.deploy.explain import DEEPSPEED_FORKS
+    from matrix.jobs.explain import DEEPSPEED_FORKS
 
     upstream, description = DEEPSPEED_FORKS["deepspeed-habana"]["1.6.0"]
     assert upstream == "0.6.1"

@@ -189,7 +189,7 @@ def test_p6_b200_efa_on_all_eight_cards_as_aws_configures_it():
     """Issue 16 item 13: the ENA-only primary card is P6-B300's (17 cards, EFA on 1 to 16), not
     P6-B200's. AWS's Batch template for p6-b200 attaches an efa interface to each of network
     cards 0 to 7 and passes uverbs0 to uverbs7; invoke jobdef passes the same eight."""
-    from matrix.deploy.jobdef import build_job_definition
+    from matrix.jobs.jobdef import build_job_definition
 
     row = get_instance_type("p6-b200.48xlarge")
     assert "aws-batch-distributed-training-p6.yaml" in row.source

@@ -1,7 +1,7 @@
 """An MPIJob worker as ``invoke k8s`` writes it serves SSH and runs nothing itself.
 
 The generated workers get the job's command as ``args`` and the ``MNP_*`` settings, like every
-other pod (matrix/deploy/k8s.py says why); the MPI operator adds ``K_MPI_JOB_ROLE=worker``
+other pod (matrix/jobs/k8s.py says why); the MPI operator adds ``K_MPI_JOB_ROLE=worker``
 (kubeflow/mpi-operator pkg/controller/mpi_job_controller.go, the worker's env). The entrypoint
 must then serve SSH for the launcher's ``mpirun`` and never run the command: a worker that ran
 it would start a second copy of the training outside MPI on every node.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from matrix.deploy.explain import explain
+from matrix.jobs.explain import explain
 from matrix.model.loader import load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("matrix", "entrypoint")
 # matrix/'s rooms in pipeline order: a module may import its own room and the rooms before it.
-ROOMS = ("errors", "model", "image", "deploy", "jobs", "cli")
+ROOMS = ("errors", "model", "image", "jobs", "deploy", "cli")
 # entrypoint/'s rooms in pipeline order (docs/architecture.md): settings and probes below the plan,
 # the plan below the rendezvous and the run, nothing below importing the rendezvous server.
 ENTRYPOINT_ROOMS = ("core", "schedulers", "probe", "launchers", "settings", "plan", "rendezvous",

@@ -8,7 +8,7 @@ environment variable the entrypoint sets with its reason and source (``env``, fr
 children, the files to write (DeepSpeed's env file) and the problems that stop a real run (a
 missing launcher program). The run writes ``files`` and starts ``argv`` with ``environment``;
 ``MNP_DRY_RUN=1`` prints ``text()``, ``MNP_DRY_RUN=json`` prints ``to_dict()`` as JSON (shape:
-``record``). ``matrix.deploy.explain`` calls the same function with facts built from a stack's
+``record``). ``matrix.jobs.explain`` calls the same function with facts built from a stack's
 declared versions and the instance table.
 """
 

@@ -58,7 +58,8 @@ PLUGIN_GLOBS = (
     "/usr/lib64/libnccl-net*.so*",
 )
 # The plugin's first log line is "Initializing " PACKAGE_STRING, one C string literal in the .so
-# (src/nccl_ofi_net.c, nccl_net_ofi_create_plugin), and autoconf makes PACKAGE_STRING
+# (src/nccl_ofi_net.cpp, nccl_net_ofi_create_plugin; src/nccl_ofi_net.c before the sources became
+# C++), and autoconf makes PACKAGE_STRING
 # "aws-ofi-nccl <AC_INIT version>". Only that string says which build this is: any other
 # "aws-ofi-nccl-1.2.3" in the file (a versioned install prefix such as
 # /opt/aws-ofi-nccl-1.7.4/share/aws-ofi-nccl/xml, a source path) may name an older release than

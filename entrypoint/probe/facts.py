@@ -5,7 +5,7 @@ the address (route lookup), devices (GPUs, HPUs, EFA ``uverbs``), the instance t
 vendor, the installed versions (NCCL, aws-ofi-nccl, the EFA installer, libfabric, Open MPI,
 PyTorch, DeepSpeed, SynapseAI) and which launcher programs are on ``PATH``.
 
-``matrix.deploy.explain`` builds the same object from a stack's declared versions and the instance
+``matrix.jobs.explain`` builds the same object from a stack's declared versions and the instance
 table instead, so ``invoke explain`` shows the plan a real node of that stack would run.
 """
 

@@ -124,23 +124,23 @@ def show_names(stacks_file: str, what: str = "stacks") -> None:
 
 
 def _k8s_kinds() -> list[str]:
-    """The kinds ``invoke k8s --kind`` takes: the keys of ``KINDS`` in matrix/deploy/k8s.py, read
+    """The kinds ``invoke k8s --kind`` takes: the keys of ``KINDS`` in matrix/jobs/k8s.py, read
     from its source (that module imports jsonschema and botocore, which a Tab must not)."""
     import ast
 
     from matrix.model.settings import ROOT
 
-    tree = ast.parse((ROOT / "matrix" / "deploy" / "k8s.py").read_text(encoding="utf-8"))
+    tree = ast.parse((ROOT / "matrix" / "jobs" / "k8s.py").read_text(encoding="utf-8"))
     for node in tree.body:
         if isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["KINDS"]:
             return list(ast.literal_eval(node.value))
-    raise UserError("matrix/deploy/k8s.py: no KINDS table to complete --kind from")
+    raise UserError("matrix/jobs/k8s.py: no KINDS table to complete --kind from")
 
 
 def option_values(option: str) -> list[str]:
     """The values ``--OPTION`` takes, from the lists the tasks check them against, for
     completion (``invoke stacks --values scheduler``)."""
-    from matrix.deploy import explain
+    from matrix.jobs import explain
 
     readers = {"scheduler": lambda: list(explain.SCHEDULERS),
                "rdzv": lambda: list(explain.RDZV_BACKENDS), "kind": _k8s_kinds}

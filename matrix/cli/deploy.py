@@ -84,8 +84,8 @@ def _generator_input(task: str, what: str, stacks_file: str, stacks: Any, nodes:
                      scheduler: str = "batch") -> Generated:
     """The checks every generator makes, in the order a user fixes them: the command line
     first (exit 2), then the stack on the instance and the plan (exit 1), nothing written."""
-    from matrix.deploy import jobdef as jd
-    from matrix.deploy.mounts import parse_all
+    from matrix.jobs import jobdef as jd
+    from matrix.jobs.mounts import parse_all
     from matrix.model.instances import INSTANCE_TYPES
 
     count = options.nodes(require(nodes, "--nodes", "2"))
@@ -106,8 +106,15 @@ def _generator_input(task: str, what: str, stacks_file: str, stacks: Any, nodes:
                      target)
 
 
+def notices_for(stack: Any) -> list[str]:
+    """What every artefact of ``stack`` tells whoever submits it (a minimum NVIDIA driver, a
+    cluster requirement), one line each; each writer renders them in its format
+    (matrix/jobs/spec.py). Add a notice here."""
+    return []
+
+
 def _image(given: Generated, image_uri: str | None) -> str:
-    from matrix.deploy import jobdef as jd
+    from matrix.jobs import jobdef as jd
 
     return jd.pin_image(image_uri) if image_uri else _local_digest_uri(given.matrix, given.stack)
 
@@ -129,7 +136,7 @@ def jobdef(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
     """Write (and with ``register`` register) the job definition. The training command is the
     definition's ``command``, word for word: without one the image's default would run.
     ``attempts`` (default 2) bounds the runs; only infrastructure failures are retried."""
-    from matrix.deploy import jobdef as jd
+    from matrix.jobs import jobdef as jd
 
     launcher = choose(launcher, LAUNCHERS, "launcher", "--launcher")
     tries = attempts_option(attempts, jd.MAX_ATTEMPTS)
@@ -140,7 +147,8 @@ def jobdef(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
                                          given.instance_type, uri, secret_arn=secret_arn,
                                          launcher=launcher, execution_role_arn=execution_role_arn,
                                          command=command, mounts=given.mounts,
-                                         attempts=tries)
+                                         attempts=tries,
+                                         notices=notices_for(given.matrix.stack(given.stack)))
     text = json.dumps(definition, indent=2)
     # the AWS session first: a missing region or profile is said before anything is written
     client = jd.batch_client_for(region, profile) if register else None
@@ -154,7 +162,7 @@ def jobdef(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
 def attempts_option(value: Any, maximum: int) -> int:
     """``--attempts``: 1 (no retry) to ``maximum``; 2 when not given (one retry after an
     infrastructure failure)."""
-    from matrix.deploy import jobdef as jd
+    from matrix.jobs import jobdef as jd
 
     if value is None:
         return jd.DEFAULT_ATTEMPTS
@@ -170,8 +178,8 @@ def sbatch(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
     """Write a Slurm batch script (pyxis/enroot) that runs the command on every node;
     ``attempts`` (default 2) bounds its requeues, which only infrastructure failures get;
     ``ranks`` says who starts an mpirun job's ranks (srun, or mpirun from node 0)."""
-    from matrix.deploy import jobdef as jd
-    from matrix.deploy import sbatch as sb
+    from matrix.jobs import jobdef as jd
+    from matrix.jobs import sbatch as sb
 
     tries = attempts_option(attempts, jd.MAX_ATTEMPTS)
 
@@ -191,7 +199,8 @@ def sbatch(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
     script = sb.build_sbatch_script(given.stack, given.nodes, given.instance_type, uri, command,
                                     launcher=launcher, ranks=ranks,
                                     fabric=given.matrix.stack(given.stack).fabric,
-                                    mounts=given.mounts, max_attempts=tries)
+                                    mounts=given.mounts, max_attempts=tries,
+                                    notices=notices_for(given.matrix.stack(given.stack)))
     _emit(given, script, output)
     return script
 
@@ -200,7 +209,7 @@ def k8s(stacks_file: str, stacks: Any, kind: str | None, nodes: Any, instance_ty
         image_uri: str | None, elastic: str | None, output: str | None, command: list[str],
         mounts: Any = None, claims: Any = None, attempts: Any = None) -> dict[str, Any]:
     """Write a Kubeflow PyTorchJob, TrainJob or MPIJob, checked against the vendored CRD."""
-    from matrix.deploy import k8s as kube
+    from matrix.jobs import k8s as kube
 
     kind = choose(require(kind, "--kind", "pytorchjob"), kube.KINDS, "kind", "--kind")
     tries = attempts_option(attempts, kube.MAX_ATTEMPTS)
@@ -221,7 +230,8 @@ def k8s(stacks_file: str, stacks: Any, kind: str | None, nodes: Any, instance_ty
     manifest = kube.build_manifest(kind, given.stack, given.nodes, given.instance_type, uri,
                                    command, fabric=given.matrix.stack(given.stack).fabric,
                                    mounts=given.mounts, claims=given.claims, elastic=bounds,
-                                   attempts=tries)
+                                   attempts=tries,
+                                   notices=notices_for(given.matrix.stack(given.stack)))
     _emit(given, kube.to_yaml(manifest), output)
     return manifest
 
@@ -230,7 +240,7 @@ def _refuse_problems(matrix: Matrix, stack: str, instance_type: str, nodes: int,
                      command: list[str], scheduler: str = "batch") -> None:
     """The check ``invoke explain --scheduler`` makes: a plan with PROBLEM lines stops every
     node at start, so nothing is written for it."""
-    from matrix.deploy import explain as ex
+    from matrix.jobs import explain as ex
 
     problems = ex.explain(matrix, stack, instance_type, nodes, launcher, command,
                           scheduler=scheduler).plan.stops()
@@ -272,8 +282,8 @@ def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
     from docker.errors import ImageNotFound
 
     from matrix.deploy import rehearse as rh
-    from matrix.deploy.mounts import parse_all
     from matrix.image import engine
+    from matrix.jobs.mounts import parse_all
 
     count = options.nodes(nodes)
     parsed_mounts, _ = parse_all(mounts)
@@ -303,7 +313,7 @@ def explain(stacks_file: str, stacks: Any, instance_type: str | None, nodes: Any
     """Print the main node's plan. A mistake in the command line (an unknown stack, instance or
     launcher, a bad --nodes) is one line and exit status 2; a pair jobdef refuses is one line
     and 1; a plan with problems (a real run stops there) is printed and exits 1."""
-    from matrix.deploy import explain as ex
+    from matrix.jobs import explain as ex
     from matrix.model.instances import INSTANCE_TYPES
 
     matrix = load(stacks_file)

@@ -43,8 +43,8 @@ import requests.exceptions
 
 from entrypoint.core import errors as classes
 from entrypoint.settings import config as entrypoint_config
-from matrix.deploy.mounts import Mount, docker_binds
 from matrix.errors import UsageError, UserError
+from matrix.jobs.mounts import Mount, docker_binds
 
 Log = Callable[[str], None]
 Out = Callable[[bytes], None]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from entrypoint.plan import make as ep_plan
 from entrypoint.probe.facts import NodeFacts
-from matrix.deploy import explain
+from matrix.jobs import explain
 from matrix.jobs.roles import Role
 from matrix.model.entities import Stack
 from matrix.model.instances import get_instance_type

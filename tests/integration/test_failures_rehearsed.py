@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from entrypoint.core import errors
-from matrix.deploy.mounts import Mount
 from matrix.deploy.rehearse import rehearse
+from matrix.jobs.mounts import Mount
 
 pytestmark = [pytest.mark.docker]
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """``invoke explain`` is faithful to a real node: the plan the entrypoint computes inside the real
 ``cpu-tcp`` image (``MNP_DRY_RUN=json``, facts probed in the container) and the plan
-``matrix.deploy.explain`` computes from ``stacks.yaml`` and the instance table make the same decisions."""
+``matrix.jobs.explain`` computes from ``stacks.yaml`` and the instance table make the same decisions."""
 
 import json
 from pathlib import Path
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from entrypoint import launchers
-from matrix.deploy import jobdef
-from matrix.deploy.explain import explain
+from matrix.jobs import jobdef
+from matrix.jobs.explain import explain
 from matrix.model.instances import INSTANCE_TYPES
 from matrix.model.loader import load_matrix
 

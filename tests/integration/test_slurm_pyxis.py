@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from matrix.deploy.sbatch import (
+from matrix.jobs.sbatch import (
     ENTRYPOINT,
     REQUEUE_EXIT_CODES,
     build_sbatch_script,

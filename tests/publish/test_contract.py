@@ -16,9 +16,8 @@ import pytest
 
 from entrypoint import launchers
 from matrix.cli import deploy as cli
-from matrix.deploy import jobdef, k8s, sbatch
 from matrix.errors import UserError
-from matrix.jobs import contract, roles
+from matrix.jobs import contract, jobdef, k8s, roles, sbatch
 from matrix.model.loader import load_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,3 +113,18 @@ def test_every_role_of_every_artefact_plans_without_a_problem(stack, itype):
             failures.extend(f"{writer} {variant} ({what}): {line}" for line in found)
     assert accepted, "every writer refused every launcher"
     assert failures == [], "\n".join(failures)
+
+
+def test_no_writer_imports_another():
+    """Each writer renders the job from the shared room (spec.py, mounts.py, crds.py): adding a
+    scheduler is one writer module and its role derivation."""
+    import ast
+
+    writers = ("jobdef", "sbatch", "k8s")
+    for name in writers:
+        tree = ast.parse((ROOT / "matrix" / "jobs" / f"{name}.py").read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        imported |= {f"{node.module}.{alias.name}" for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom) for alias in node.names}
+        others = {f"matrix.jobs.{other}" for other in writers if other != name}
+        assert not imported & others, (name, imported & others)

@@ -8,9 +8,9 @@ import copy
 import jsonschema
 import pytest
 
-from matrix.deploy import crds
-from matrix.deploy.k8s import KINDS, build_manifest
 from matrix.errors import UserError
+from matrix.jobs import crds
+from matrix.jobs.k8s import KINDS, build_manifest
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cuda@sha256:" + "b" * 64
 UNKNOWN = "unknown field (not in the CRD schema"

@@ -12,14 +12,14 @@ import botocore.session
 import pytest
 from botocore.validate import validate_parameters
 
-from matrix.deploy.jobdef import (
+from matrix.errors import UserError
+from matrix.jobs.jobdef import (
     build_job_definition,
     check_pair,
     definition_for_stack,
     pin_image,
     validate_job_definition,
 )
-from matrix.errors import UserError
 from matrix.model.instances import INSTANCE_TYPES, get_instance_type, job_memory_mib
 from matrix.model.loader import load_matrix
 from tests.helpers import one_line

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from matrix.deploy import crds
-from matrix.deploy.k8s import ENTRYPOINT, KINDS, build_manifest, parse_elastic, resources
-from matrix.deploy.mounts import Claim, Mount
 from matrix.errors import UsageError, UserError
+from matrix.jobs import crds
+from matrix.jobs.k8s import ENTRYPOINT, KINDS, build_manifest, parse_elastic, resources
+from matrix.jobs.mounts import Claim, Mount
 from matrix.model.instances import INSTANCE_TYPES, get_instance_type
 from matrix.model.loader import load_matrix
 from tests.helpers import one_line
@@ -44,7 +44,7 @@ def pods(manifest: dict) -> list[dict]:
 
 
 def test_the_vendored_crds_are_the_files_sources_names():
-    folder = ROOT / "matrix" / "deploy" / "schemas" / "kubeflow"
+    folder = ROOT / "matrix" / "jobs" / "schemas" / "kubeflow"
     sources = (folder / "SOURCES.md").read_text(encoding="utf-8")
     for crd in crds.CRDS.values():
         digest = hashlib.sha256((folder / crd.file).read_bytes()).hexdigest()
@@ -66,7 +66,7 @@ def test_every_declared_pair_makes_valid_manifests_of_every_kind(stack, instance
                                   mounts=MOUNTS, claims=CLAIMS, elastic=elastic)
         assert crds.errors(manifest) == [], (kind, elastic)
         # what kubectl would read back from the YAML the task prints is the same document
-        from matrix.deploy.k8s import to_yaml
+        from matrix.jobs.k8s import to_yaml
         assert yaml.safe_load(to_yaml(manifest)) == manifest
         expected = resources(row, s.fabric)
         efa = expected.get("limits", {}).get("vpc.amazonaws.com/efa")

@@ -25,7 +25,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from matrix.deploy.k8s import KINDS, build_manifest, k8s_literal
+from matrix.jobs.k8s import KINDS, build_manifest, k8s_literal
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cuda@sha256:" + "b" * 64

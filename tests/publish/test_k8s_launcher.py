@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from matrix.deploy.k8s import build_manifest
+from matrix.jobs.k8s import build_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cuda@sha256:" + "b" * 64

@@ -19,9 +19,10 @@ import pytest
 import yaml
 from botocore.validate import validate_parameters
 
-from matrix.deploy.jobdef import build_job_definition, validate_job_definition
-from matrix.deploy.k8s import build_manifest
-from matrix.deploy.mounts import (
+from matrix.errors import UsageError, UserError
+from matrix.jobs.jobdef import build_job_definition, validate_job_definition
+from matrix.jobs.k8s import build_manifest
+from matrix.jobs.mounts import (
     Claim,
     Mount,
     batch_volumes,
@@ -31,8 +32,7 @@ from matrix.deploy.mounts import (
     parse_mount,
     pyxis_mounts,
 )
-from matrix.deploy.sbatch import build_sbatch_script
-from matrix.errors import UsageError, UserError
+from matrix.jobs.sbatch import build_sbatch_script
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cpu-tcp@sha256:" + "d" * 64

@@ -22,15 +22,15 @@ import yaml
 from botocore.validate import validate_parameters
 
 from entrypoint.core import errors
-from matrix.deploy import crds
-from matrix.deploy.jobdef import (
+from matrix.errors import UserError
+from matrix.jobs import crds
+from matrix.jobs.jobdef import (
     DEFAULT_ATTEMPTS,
     HOST_FAILURE_REASON,
     definition_for_stack,
     retry_strategy,
 )
-from matrix.deploy.k8s import KINDS, build_manifest
-from matrix.errors import UserError
+from matrix.jobs.k8s import KINDS, build_manifest
 from matrix.model.loader import load_matrix
 from tests.helpers import one_line
 

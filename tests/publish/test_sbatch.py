@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from matrix.deploy.mounts import Mount
-from matrix.deploy.sbatch import (
+from matrix.errors import UserError
+from matrix.jobs.mounts import Mount
+from matrix.jobs.sbatch import (
     DEFAULT_MAX_ATTEMPTS,
     ENTRYPOINT,
     REQUEUE_EXIT_CODES,
@@ -29,7 +30,6 @@ from matrix.deploy.sbatch import (
     directives,
     enroot_image,
 )
-from matrix.errors import UserError
 from matrix.model.instances import get_instance_type
 from matrix.model.loader import load_matrix
 from tests.helpers import one_line
@@ -394,3 +394,13 @@ def test_launcher_none_runs_a_program_in_every_task_and_a_launcher_on_one_node()
     one = build_sbatch_script("cpu-tcp", 1, "c5n.18xlarge", IMAGE, ["mpirun", "python3", "t.py"],
                               launcher="none")
     assert srun_words(one)[-3:] == ["mpirun", "python3", "t.py"]
+
+
+def test_the_script_states_the_pyxis_it_needs():
+    """Issue 32: --container-env needs pyxis >= 0.15.0, which the script says before its srun."""
+    script = build_sbatch_script("cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["python3", "t.py"],
+                                 launcher="torchrun")
+    head = script.split("\nsrun ")[0]
+    assert ("# Needs pyxis >= 0.15.0 (the first with --container-env: "
+            "https://github.com/NVIDIA/pyxis/releases/tag/v0.15.0)") in head
+    assert "--container-env=" in srun_line(script)

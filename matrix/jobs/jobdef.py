@@ -24,24 +24,25 @@ from botocore.validate import validate_parameters
 
 from entrypoint.core.errors import INFRASTRUCTURE_EXIT
 from entrypoint.launchers import NAMES as LAUNCHERS
-from matrix.deploy.mounts import Mount, batch_volumes
 from matrix.errors import UserError
+from matrix.jobs.mounts import Mount, batch_volumes
+from matrix.jobs.spec import (  # noqa: F401 (the writers' shared names, read here by tests)
+    DEFAULT_ATTEMPTS,
+    DEFAULT_WAIT_TIMEOUT_S,
+    MAX_ATTEMPTS,
+    SECRET_ENV_NAME,
+    batch_tags,
+    is_pinned,
+    mnp_environment,
+)
 from matrix.model.entities import Stack
 from matrix.model.instances import InstanceType, get_instance_type, job_memory_mib
 from matrix.model.rules import blocking, check_stack
 
-DEFAULT_WAIT_TIMEOUT_S = 600
-# Attempts of a job (the first run and its retries). Batch takes 1 to 10 (RetryStrategy
-# "attempts", https://docs.aws.amazon.com/batch/latest/APIReference/API_RetryStrategy.html); two
-# gives one retry on other hosts after an infrastructure failure: project choice, enough for one
-# bad node without repeating a long failure many times.
-DEFAULT_ATTEMPTS = 2
-MAX_ATTEMPTS = 10
 # Batch's status reason when the instance under the job went away (a Spot reclaim, a host
 # failure): "Host EC2 (instance i-...) terminated." The Batch user guide's retry example matches
 # it with this glob (https://docs.aws.amazon.com/batch/latest/userguide/job_retries.html).
 HOST_FAILURE_REASON = "Host EC2*"
-SECRET_ENV_NAME = "MNP_SECRET"
 
 # Batch containers: ulimits as set by aws-samples/awsome-distributed-training's Batch templates.
 ULIMITS = (
@@ -50,15 +51,8 @@ ULIMITS = (
     {"name": "nofile", "softLimit": 1024000, "hardLimit": 1024000},
 )
 
-_DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET_ARN = re.compile(r"^arn:aws[a-z-]*:(secretsmanager|ssm):[a-z0-9-]+:\d{12}:\S+$")
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/\S+$")
-
-
-def is_pinned(image_uri: str) -> bool:
-    """True when ``image_uri`` names its image by digest (``repo@sha256:<64 hex>``)."""
-    return bool(_DIGEST_REF.match(image_uri))
 
 
 def pin_image(image_uri: str, client: Any = None, auth_config: dict | None = None) -> str:
@@ -110,37 +104,6 @@ def _resources(instance: InstanceType) -> list[dict[str, str]]:
     return resources
 
 
-def mnp_environment(
-    instance: InstanceType,
-    launcher: str,
-    fabric: str | None,
-    wait_timeout_s: int,
-    extra: Mapping[str, str] | None,
-) -> dict[str, str]:
-    """The ``MNP_*`` settings for the entrypoint, then ``extra`` (which may override them).
-
-    ``AWS_BATCH_*`` names are reserved by Batch and ``MNP_SECRET`` must come from Secrets
-    Manager, so both are refused in ``extra``.
-    """
-    env = {
-        "MNP_LAUNCHER": launcher,
-        "MNP_FABRIC": fabric or ("efa" if instance.has_efa else "tcp"),
-        "MNP_SLOTS_PER_NODE": str(instance.slots_per_node()),
-        "MNP_WAIT_TIMEOUT": str(wait_timeout_s),
-        # The entrypoint derives the EFA settings (FI_EFA_USE_DEVICE_RDMA...) from this.
-        "MNP_INSTANCE_TYPE": instance.name,
-    }
-    for name, value in (extra or {}).items():
-        if not _ENV_NAME.match(name):
-            raise UserError(f"--env {name!r}: not a valid environment variable name")
-        if name.startswith("AWS_BATCH_"):
-            raise UserError(f"--env {name}: the AWS_BATCH_ prefix is reserved by AWS Batch")
-        if name == SECRET_ENV_NAME:
-            raise UserError(f"--env {name}: pass the secret with --secret-arn, not in plain text")
-        env[name] = str(value)
-    return env
-
-
 def retry_strategy(attempts: int) -> dict[str, Any]:
     """Batch's ``retryStrategy``: up to ``attempts`` runs; retry on the entrypoint's
     infrastructure code (``entrypoint.core.errors.INFRASTRUCTURE_EXIT``: a node never joined, a
@@ -183,6 +146,7 @@ def build_job_definition(
     attempt_timeout_s: int | None = None,
     mounts: Sequence[Mount] = (),
     attempts: int = DEFAULT_ATTEMPTS,
+    notices: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The Batch ``RegisterJobDefinition`` request: ``nodes`` x ``instance_type`` running ``stack``.
 
@@ -208,6 +172,7 @@ def build_job_definition(
         name or default_job_definition_name(stack, nodes, instance.name),
         stack, nodes, instance.name, container)
     definition["retryStrategy"] = retry_strategy(attempts)
+    definition["tags"].update(batch_tags(notices))  # what the submitter must know (spec.py)
     if attempt_timeout_s is not None:
         definition["timeout"] = {"attemptDurationSeconds": attempt_timeout_s}
     validate_job_definition(definition)

@@ -52,7 +52,8 @@ How the tasks are laid out follows the entrypoint's Slurm unit (:func:`layout`):
 Every one-task-per-node step says ``--mpi=none``: a site whose ``slurm.conf`` sets
 ``MpiDefault=pmix`` would otherwise give each task ``PMIX_RANK``, and the entrypoint would take the
 task for one rank of an MPI job and skip its launcher (srun's ``--mpi`` defaults to
-``MpiDefault``, https://slurm.schedmd.com/srun.html#OPT_mpi; the option on the command line wins
+``MpiDefault``, https://slurm.schedmd.com/srun.html#OPT_mpi; ``MpiDefault`` itself is documented in
+slurm.conf(5), https://slurm.schedmd.com/slurm.conf.html#OPT_MpiDefault; the option on the command line wins
 over ``SLURM_MPI_TYPE`` in the environment, https://slurm.schedmd.com/srun.html#SECTION_INPUT-
 ENVIRONMENT-VARIABLES). Where the entrypoint wires the nodes the script makes a secret for the
 step (``MNP_SECRET``, 32 random bytes from ``/dev/urandom`` on the batch host), so only this job's
@@ -77,9 +78,9 @@ from dataclasses import dataclass
 
 from entrypoint import launchers
 from entrypoint.core.errors import INFRASTRUCTURE_EXIT
-from matrix.deploy.jobdef import DEFAULT_WAIT_TIMEOUT_S, is_pinned, mnp_environment
-from matrix.deploy.mounts import Mount, pyxis_mounts
 from matrix.errors import UserError
+from matrix.jobs.mounts import Mount, pyxis_mounts
+from matrix.jobs.spec import DEFAULT_WAIT_TIMEOUT_S, comment_lines, is_pinned, mnp_environment
 from matrix.model.instances import InstanceType, get_instance_type
 
 # The launchers whose ranks Slurm can start itself (``ranks="srun"``); the others run once per node.
@@ -106,6 +107,10 @@ ENTRYPOINT = "/usr/local/bin/mnp-entrypoint"
 REQUEUE_EXIT_CODES = (INFRASTRUCTURE_EXIT,)
 # Attempts of one job in all, the first run included: a node that fails again is not the node.
 DEFAULT_MAX_ATTEMPTS = 2  # as invoke jobdef's retryStrategy: one retry after an infrastructure failure
+# --container-env came with pyxis 0.15.0 (commit 5164d82a6b8099c294fb512437afd85542578df6, after
+# v0.14.0); an older pyxis rejects the srun line's option.
+PYXIS_MINIMUM = "0.15.0"
+PYXIS_SOURCE = "https://github.com/NVIDIA/pyxis/releases/tag/v0.15.0"
 # Slurm's sources for the requeue lines (22.05 manuals).
 REQUEUE_SOURCES = ("https://slurm.schedmd.com/sbatch.html#OPT_requeue",
                    "https://slurm.schedmd.com/sbatch.html#OPT_SLURM_RESTART_COUNT",
@@ -235,6 +240,7 @@ def build_sbatch_script(
     env: Mapping[str, str] | None = None,
     wait_timeout_s: int = DEFAULT_WAIT_TIMEOUT_S,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    notices: Sequence[str] = (),
 ) -> str:
     """The batch script: ``nodes`` x ``instance_type`` running ``command`` in ``image_uri``."""
     instance = get_instance_type(instance_type)
@@ -251,8 +257,10 @@ def build_sbatch_script(
     head = [
         "#!/bin/bash",
         f"# {stack} on {nodes} x {instance.name}, written by `invoke sbatch`; submit with sbatch.",
-        "# Needs pyxis and enroot on the cluster. Every task runs mnp-entrypoint, which reads its",
-        "# own Slurm variables; pyxis never runs the image's ENTRYPOINT per task.",
+        f"# Needs pyxis >= {PYXIS_MINIMUM} (the first with --container-env: {PYXIS_SOURCE})",
+        "# and enroot on the cluster. Every task runs mnp-entrypoint, which reads its own Slurm",
+        "# variables; pyxis never runs the image's ENTRYPOINT per task.",
+        *comment_lines(notices),
         *_directives(stack, nodes, instance, shape.tasks_per_node),
         "set -euo pipefail",
         "",

@@ -2,7 +2,7 @@
 hardware, without an image and without a build.
 
 The settings are the ones ``invoke jobdef`` writes into the job definition
-(:func:`matrix.deploy.jobdef.mnp_environment`, with the stack's fabric) plus the Batch variables of the
+(:func:`matrix.jobs.jobdef.mnp_environment`, with the stack's fabric) plus the Batch variables of the
 main node (index 0 of N). The node facts come from the stack's declared versions
 (:meth:`matrix.model.entities.Stack.versions`: components, and what bases and components ``provide``) and
 from the instance table (:data:`matrix.model.instances.INSTANCE_TYPES`). Then the entrypoint's own
@@ -53,7 +53,7 @@ RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2")  # an elastic PyTorchJob's rdzvBacke
 
 class ExplainError(UsageError):
     """Unknown stack, instance type or launcher, or a bad node count: one line, exit status 2
-    (a pair the rules refuse is :func:`matrix.deploy.jobdef.check_pair`'s UserError: 1)."""
+    (a pair the rules refuse is :func:`matrix.jobs.jobdef.check_pair`'s UserError: 1)."""
 
 
 @dataclass(frozen=True)
@@ -197,9 +197,9 @@ def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
     ``MNP_LAUNCHER`` unset, so the scheduler's role picks it (mpirun on Batch and for a launcher,
     torchrun on a node of Slurm, a PyTorchJob or a TrainJob). ``rdzv`` (c10d, etcd, etcd-v2)
     makes the PyTorchJob elastic, with that rendezvous backend. Raises :class:`ExplainError` for
-    unknown names or bad numbers, and :func:`matrix.deploy.jobdef.check_pair`'s UserError for a
+    unknown names or bad numbers, and :func:`matrix.jobs.jobdef.check_pair`'s UserError for a
     pair it refuses."""
-    from matrix.deploy import jobdef
+    from matrix.jobs import jobdef
 
     _check_request(matrix, stack_name, instance_type, nodes, launcher, scheduler, rdzv)
     stack = matrix.stacks[stack_name]

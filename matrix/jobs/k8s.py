@@ -41,16 +41,19 @@ from typing import Any
 import yaml
 
 from entrypoint.core.limits import MAX_NODES
-from matrix.deploy import crds
-from matrix.deploy.jobdef import (
+from matrix.errors import UsageError, UserError
+from matrix.jobs import crds
+from matrix.jobs.mounts import Claim, Mount, k8s_volumes
+from matrix.jobs.spec import (
     DEFAULT_ATTEMPTS,
     DEFAULT_WAIT_TIMEOUT_S,
     MAX_ATTEMPTS,
+    NOTICE_ANNOTATION,
+    annotation,
+    comment_lines,
     is_pinned,
     mnp_environment,
 )
-from matrix.deploy.mounts import Claim, Mount, k8s_volumes
-from matrix.errors import UsageError, UserError
 from matrix.model.instances import InstanceType, get_instance_type
 
 KINDS = {"pytorchjob": "PyTorchJob", "trainjob": "TrainJob", "mpijob": "MPIJob"}
@@ -99,9 +102,11 @@ ELASTIC_MAX_RESTARTS = 3
 RDZV_ID_HEX_BYTES = 4
 # The ClusterTrainingRuntime Kubeflow Trainer installs for torchrun jobs
 # (https://github.com/kubeflow/trainer/blob/master/manifests/base/runtimes/torch_distributed.yaml).
-# Its node container has a `command:` of its own (`/bin/bash -c` printing the PET_ variables),
-# which would replace the image's ENTRYPOINT and take our args as its own; so a TrainJob, and only
-# a TrainJob, names the entrypoint as the trainer's command (the image's ENTRYPOINT path).
+# Up to v2.0 its node container had a `command:` of its own (`/bin/bash -c` printing the PET_
+# variables; commit 0c78efb0ccfce7b35fc2867b832f5cfed7750460), which would replace the image's
+# ENTRYPOINT and take our args as its own; from v2.1.0 it has none. A TrainJob, and only a
+# TrainJob, names the entrypoint as the trainer's command (the image's ENTRYPOINT path): right
+# under both, and under a cluster whose runtime someone gave a command again.
 TRAIN_RUNTIME = "torch-distributed"
 # The volumes (/dev/shm, --mount, --pvc) reach a TrainJob's pods only through spec.runtimePatches,
 # which Kubeflow Trainer has from v2.2.0 on: its changelog's "Breaking Changes" (kubeflow/trainer
@@ -375,6 +380,7 @@ def build_manifest(
     env: Mapping[str, str] | None = None,
     wait_timeout_s: int = DEFAULT_WAIT_TIMEOUT_S,
     attempts: int = DEFAULT_ATTEMPTS,
+    notices: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The ``kind`` manifest (pytorchjob, trainjob, mpijob) for ``nodes`` x ``instance_type``,
     validated against the vendored CRD. ``attempts``: a PyTorchJob's runs (see RESTART_NEVER);
@@ -403,6 +409,8 @@ def build_manifest(
         manifest = trainjob(job)
     else:
         manifest = mpijob(job)
+    if notices:  # what the submitter must know (spec.py), kept by the API server
+        manifest["metadata"].setdefault("annotations", {}).update(annotation(notices))
     crds.validate(manifest)
     return manifest
 
@@ -417,6 +425,9 @@ class _PlainDumper(yaml.SafeDumper):
 def to_yaml(manifest: Mapping[str, Any]) -> str:
     """``manifest`` as the YAML document ``kubectl apply -f`` takes, keys in the order built;
     what it needs of the cluster (its ``mnp-stacks/requires`` annotation) as a first comment."""
-    needs = manifest.get("metadata", {}).get("annotations", {}).get(REQUIRES)
+    annotations = manifest.get("metadata", {}).get("annotations", {})
+    needs = annotations.get(REQUIRES)
     head = f"# Requires {needs}\n" if needs else ""
+    notices = annotations.get(NOTICE_ANNOTATION, "")
+    head += "".join(line + "\n" for line in comment_lines(notices.splitlines()))
     return head + yaml.dump(dict(manifest), Dumper=_PlainDumper, sort_keys=False, width=100)
