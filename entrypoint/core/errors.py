@@ -6,11 +6,12 @@ select (the table is ``CLASSES``; docs/entrypoint.md "Failure classes and exit c
 - ``user``: the training command failed; its own exit status is passed through (1-255). Never
   retried: a bug fails the same way on every host.
 - ``configuration``: the job as defined cannot start (an invalid ``MNP_*`` setting, no command, a
-  program the launcher needs missing from the image, a secret the main node does not share):
-  ``CONFIGURATION_EXIT``. Never retried.
+  program the launcher needs missing from the image, a secret the main node does not share, no
+  EFA device on any node of an EFA job): ``CONFIGURATION_EXIT``. Never retried.
 - ``infrastructure``: a host or the network failed (a node never joined in time, a peer was lost
   mid-run, a health check failed on a node, the NCCL network plugin did not load, the EFA
-  preflight failed): ``INFRASTRUCTURE_EXIT``. Retried: another attempt runs on other hosts.
+  preflight failed, no route to the main node, the main node's rendezvous server failed):
+  ``INFRASTRUCTURE_EXIT``. Retried: another attempt runs on other hosts.
 - ``signal``: the entrypoint was told to stop by signal N (Batch's SIGTERM, ``scancel``, a pod
   deletion): ``128 + N``, the shell's convention.
 
@@ -57,10 +58,14 @@ CLASSES = (
      "when": "the training command (or its launcher) exited non-zero"},
     {"class": CONFIGURATION, "code": str(CONFIGURATION_EXIT), "retried": False,
      "when": "an invalid MNP_* setting, no command, a program the plan needs missing from the "
-             "image, a child the main node rejects (another job, another secret)"},
+             "image, a child the main node rejects (another job, another secret), "
+             "`MNP_FABRIC=efa` with no EFA device on any node of a wired (Batch) job"},
     {"class": INFRASTRUCTURE, "code": str(INFRASTRUCTURE_EXIT), "retried": True,
      "when": "a node never joined in time, a peer was lost mid-run, a health check failed on a "
-             "node, the NCCL network plugin did not load, the EFA preflight failed"},
+             "node, the NCCL network plugin did not load, the EFA preflight failed, a node with "
+             "no route or interface to its main node, `MNP_FABRIC=efa` with no EFA device on "
+             "some nodes (or on a node whose job the entrypoint does not wire), a bug in the main "
+             "node's rendezvous server"},
     {"class": SIGNAL, "code": "128+N (143 for SIGTERM)", "retried": False,
      "when": "the entrypoint was stopped by signal N (the scheduler ended the job)"},
 )
