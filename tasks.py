@@ -213,7 +213,8 @@ def k8s(c, kind=None, stack=None, nodes=None, instance_type=None, image_uri=None
                         "after the infrastructure code 200, never after a failing command "
                         "(default 1)",
             "env": "NAME=VALUE on every node (repeatable): MNP_* settings, checked as the "
-                   "entrypoint checks them (e.g. MNP_HEALTH=full), or the command's variables",
+                   "entrypoint checks them (e.g. MNP_HEALTH=full), or the command's variables "
+                   "(default: none)",
             "stacks": HELP["stacks"]},
       iterable=["stack", "mount", "env"])
 @options.user_errors

@@ -6,12 +6,13 @@ select (the table is ``CLASSES``; docs/entrypoint.md "Failure classes and exit c
 - ``user``: the training command failed; its own exit status is passed through (1-255). Never
   retried: a bug fails the same way on every host.
 - ``configuration``: the job as defined cannot start (an invalid ``MNP_*`` setting, no command, a
-  program the launcher needs missing from the image, a secret the main node does not share, a
-  GPU driver older than the image's CUDA needs, which every host of the same AMI shares):
-  ``CONFIGURATION_EXIT``. Never retried.
+  program the launcher needs missing from the image, a secret the main node does not share, no
+  EFA device on any node of an EFA job, a GPU driver older than the image's CUDA needs, which
+  every host of the same AMI shares): ``CONFIGURATION_EXIT``. Never retried.
 - ``infrastructure``: a host or the network failed (a node never joined in time, a peer was lost
   mid-run, a health check failed on a node, the NCCL network plugin did not load, the EFA
-  preflight failed): ``INFRASTRUCTURE_EXIT``. Retried: another attempt runs on other hosts.
+  preflight failed, no route to the main node, the main node's rendezvous server failed):
+  ``INFRASTRUCTURE_EXIT``. Retried: another attempt runs on other hosts.
 - ``signal``: the entrypoint was told to stop by signal N (Batch's SIGTERM, ``scancel``, a pod
   deletion): ``128 + N``, the shell's convention.
 
