@@ -44,9 +44,10 @@ def duplicate_addresses(plan, table):
 NO_EFA_DEVICES = "MNP_FABRIC=efa but no /dev/infiniband/uverbs* device is visible"
 
 
-def efa_devices(plan, facts, kind):
-    """A problem when the plan uses EFA and the container sees no EFA device."""
-    if kind == "efa" and not facts.efa_devices:
+def efa_devices(plan, facts, kind, runs_ranks=True):
+    """A problem when the plan uses EFA and the container sees no EFA device, on a node that
+    runs ranks (an MPIJob launcher's pod has no EFA device by design: its ranks run elsewhere)."""
+    if kind == "efa" and runs_ranks and not facts.efa_devices:
         plan.problems.append("%s: pass the instance's EFA devices to the container (the job "
                              "definition's linuxParameters.devices, `invoke jobdef` writes them "
                              "for an EFA instance type), or set MNP_FABRIC=tcp" % NO_EFA_DEVICES)

@@ -87,7 +87,7 @@ def make_plan(cfg, facts, command, user_env, table=None, hostfiles=None):
     master, np = planenv.wiring(env, cfg, facts, table, hostfiles, need_ssh)
     _attempt_and_health(plan, env, cfg, facts)
     checks.node_limits(plan, facts, plan.fabric["kind"])
-    checks.efa_devices(plan, facts, plan.fabric["kind"])
+    checks.efa_devices(plan, facts, plan.fabric["kind"], _runs_ranks(cfg))
     if cfg.mode == "main" and cfg.rendezvous and unit.needs_ssh:  # torchrun has no hostfile
         checks.duplicate_addresses(plan, table)
     hostfile_path = _hostfile_path(cfg, hostfiles)

@@ -110,7 +110,10 @@ def notices_for(stack: Any) -> list[str]:
     """What every artefact of ``stack`` tells whoever submits it (a minimum NVIDIA driver, a
     cluster requirement), one line each; each writer renders them in its format
     (matrix/jobs/spec.py). Add a notice here."""
-    return []
+    from matrix.model.drivers import driver_floor
+
+    floor = driver_floor(stack)
+    return [floor.line()] if floor else []
 
 
 def _image(given: Generated, image_uri: str | None) -> str:

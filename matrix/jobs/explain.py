@@ -23,6 +23,7 @@ from entrypoint.plan import make as ep_plan
 from entrypoint.probe.facts import NodeFacts
 from entrypoint.settings import config
 from matrix.errors import UsageError
+from matrix.model.drivers import driver_floor
 from matrix.model.entities import Matrix, Stack, comparable
 from matrix.model.instances import INSTANCE_TYPES, InstanceType
 
@@ -214,6 +215,9 @@ def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
                            instance.slots_per_node())
     if not command:
         plan.notes.append("no command given after --: python3 train.py shown")
+    floor = driver_floor(stack)
+    if floor:
+        plan.notes.append("hosts need " + floor.line())
     if instance_type not in stack.instances:
         plan.notes.append(f"{instance_type} is not one of {stack_name}'s instances "
                           f"({', '.join(stack.instances)}): shown as asked")

@@ -75,9 +75,16 @@ def comment_lines(notices: Sequence[str]) -> list[str]:
     return [f"# Notice: {line}" for line in notices]
 
 
+# What an AWS tag value may hold: letters, digits, spaces and + - = . _ : / @ ("Tag naming limits
+# and requirements", https://docs.aws.amazon.com/tag-editor/latest/userguide/best-practices-and-strats.html).
+TAG_UNSAFE = re.compile(r"[^A-Za-z0-9 +\-=._:/@]+")
+
+
 def batch_tags(notices: Sequence[str]) -> dict[str, str]:
-    """``mnp:notice-1``... tags (each cut to Batch's 256 characters)."""
-    return {f"{NOTICE_TAG}-{index}": line[:BATCH_TAG_MAX]
+    """``mnp:notice-1``... tags: each notice with the characters tags refuse dropped (quotes,
+    brackets, semicolons), cut to Batch's 256 characters."""
+    return {f"{NOTICE_TAG}-{index}":
+            " ".join(TAG_UNSAFE.sub(" ", line.replace(">=", "at least")).split())[:BATCH_TAG_MAX]
             for index, line in enumerate(notices, start=1)}
 
 

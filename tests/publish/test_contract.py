@@ -128,3 +128,22 @@ def test_no_writer_imports_another():
                      if isinstance(node, ast.ImportFrom) for alias in node.names}
         others = {f"matrix.jobs.{other}" for other in writers if other != name}
         assert not imported & others, (name, imported & others)
+
+
+def test_every_notice_reaches_each_artefact_and_batch_tags_hold_only_tag_characters():
+    """A CUDA stack's minimum driver (issue 33) is in what every writer renders, and the Batch
+    tag keeps to the characters AWS tags allow."""
+    import re
+
+    from matrix.cli.deploy import notices_for
+    from matrix.jobs import spec
+    from matrix.model.drivers import driver_floor
+
+    matrix = MATRIX
+    stack = matrix.stacks["cuda12.1-efa"]
+    notices = notices_for(stack)
+    assert notices == [driver_floor(stack).line()] and "525.60.13" in notices[0]
+    tags = spec.batch_tags(notices)
+    assert all(re.fullmatch(r"[A-Za-z0-9 +\-=._:/@]{0,256}", value) for value in tags.values())
+    assert "at least 525.60.13" in tags["mnp:notice-1"]
+    assert notices_for(matrix.stacks["cpu-tcp"]) == []
