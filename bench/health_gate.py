@@ -1,6 +1,6 @@
 """The start-up health gate's cost: seconds it adds before the first rank starts, on 3 local nodes.
 
-Each round is an ``invoke run``-style rehearsal (``matrix.deploy.rehearse``: 3 containers of a
+Each round is an ``invoke run``-style rehearsal (``matrix.jobs.rehearse``: 3 containers of a
 built stack on one Docker bridge, Batch's variables, the real entrypoint) of a command that does
 nothing (``true`` under mpirun). The clock is the main node's output as it streams: from the
 rehearsal's start to the main node's ``running: mpirun ...`` line, i.e. every node probed,
@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 import docker  # noqa: E402
 
-from matrix.deploy.rehearse import rehearse  # noqa: E402
 from matrix.jobs.mounts import Mount  # noqa: E402
+from matrix.jobs.rehearse import rehearse  # noqa: E402
 
 MODES = ("off", "basic", "full")
 NODES = 3

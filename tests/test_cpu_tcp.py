@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from matrix.deploy.rehearse import LABEL
 from matrix.image import build, testing
 from matrix.image.plan import plan
+from matrix.jobs.rehearse import LABEL
 from matrix.model.loader import load_matrix
 from tests.layer_checks import apt_cache_files
 

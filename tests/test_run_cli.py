@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from matrix.deploy.rehearse import parse_env
 from matrix.errors import UsageError
+from matrix.jobs.rehearse import parse_env
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,6 +7,7 @@ the kind that hid the old instance-table/loader cycle, counts like any other.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,28 @@ def test_the_entrypoint_imports_nothing_from_matrix():
     """The entrypoint runs inside images, where matrix/ is not installed."""
     assert [n for n, t in GRAPH.items() if n.startswith("entrypoint")
             and any(x.startswith("matrix") for x in t)] == []
+
+
+ARROWS = re.compile(r"(\w+(?: → \w+)+)")
+
+
+def architecture_chains() -> list[list[str]]:
+    text = " ".join((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8").split())
+    return [chain.split(" → ") for chain in ARROWS.findall(text) if chain.count("→") > 2]
+
+
+def test_the_architecture_page_states_the_import_order_the_code_has():
+    """docs/architecture.md's arrows mean "imports" (issue 36): its two chains are the rooms
+    this file checks the code against, top to bottom."""
+    chains = architecture_chains()
+    assert list(reversed(ROOMS)) in chains, chains
+    assert list(reversed(ENTRYPOINT_ROOMS)) in chains, chains
+
+
+def test_matrix_imports_the_entrypoint_as_the_page_says():
+    """The page says matrix/ imports entrypoint/ on purpose and never the reverse."""
+    assert any(x.startswith("entrypoint") for n, t in GRAPH.items() if n.startswith("matrix")
+               for x in t)
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert "`matrix/` also imports\n`entrypoint/`" in text or "also imports `entrypoint/`" in \
+        " ".join(text.split())

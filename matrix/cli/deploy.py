@@ -284,8 +284,8 @@ def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
     rehearsal's own lines are one line each (``rehearse.say``), to a terminal or a pipe."""
     from docker.errors import ImageNotFound
 
-    from matrix.deploy import rehearse as rh
     from matrix.image import engine
+    from matrix.jobs import rehearse as rh
     from matrix.jobs.mounts import parse_all
 
     count = options.nodes(nodes)

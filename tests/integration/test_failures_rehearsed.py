@@ -1,5 +1,5 @@
 """Issue 24 "Done when", in ``invoke run --nodes 3`` rehearsals of the real ``cpu-tcp`` image
-(``matrix.deploy.rehearse``, the code behind ``invoke run``): each failure class ends the job with
+(``matrix.jobs.rehearse``, the code behind ``invoke run``): each failure class ends the job with
 its own code and one line naming the node and the reason, and ``--attempts`` retries only the
 infrastructure code.
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from entrypoint.core import errors
-from matrix.deploy.rehearse import rehearse
 from matrix.jobs.mounts import Mount
+from matrix.jobs.rehearse import rehearse
 
 pytestmark = [pytest.mark.docker]
 ROOT = Path(__file__).resolve().parents[2]

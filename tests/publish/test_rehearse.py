@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from matrix.deploy.rehearse import LABEL, batch_environment, rehearse, start_order
 from matrix.errors import UserError
+from matrix.jobs.rehearse import LABEL, batch_environment, rehearse, start_order
 
 pytestmark = pytest.mark.docker
 
