@@ -7,12 +7,18 @@ its group here, so the tests of a file run in one worker, one after the other, a
 written: a module-scoped fixture (a Slurm cluster, a second engine on a fixed bridge) is set up
 once and never shared across processes. A test that must run beside tests of other files (an
 engine-wide resource) names a common group: ``@pytest.mark.xdist_group("engine")``.
+
+xdist hands the groups out in collection order, so the groups holding a ``slow`` test (image
+builds, container clusters: minutes each) are moved to the front, longest first by the last
+``invoke check``'s junit report where there is one: started first, they no longer run alone at
+the end while the other workers wait.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +28,7 @@ from rich.console import Console
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCKS = ROOT / ".mnp" / "locks"
+LAST_JUNIT = ROOT / ".mnp" / "check" / "junit.xml"  # written by invoke check (matrix/cli/suite.py)
 CUDA_STACK = "cuda13.2-tcp"
 
 # CI runs several pytest workers on a loaded 2-core machine: a slow example there is the
@@ -41,6 +48,33 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     appends the group to the node ID there, whatever order the hooks run in)."""
     if item.get_closest_marker("xdist_group") is None:
         item.add_marker(pytest.mark.xdist_group(file_group(item)))
+
+
+def group_of(item: pytest.Item) -> str:
+    mark = item.get_closest_marker("xdist_group")
+    return str(mark.args[0] if mark and mark.args else file_group(item))
+
+
+def last_run_seconds(junit: Path = LAST_JUNIT) -> dict[str, float]:
+    """Each xdist group's summed seconds in the last ``invoke check`` (none on a fresh machine)."""
+    seconds: dict[str, float] = {}
+    try:
+        cases = ET.parse(junit).getroot().iter("testcase")
+    except (OSError, ET.ParseError):
+        return seconds
+    for case in cases:
+        _, at, group = case.get("name", "").rpartition("@")
+        if at and "]" not in group:
+            seconds[group] = seconds.get(group, 0.0) + float(case.get("time") or 0)
+    return seconds
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The groups with a slow test first, longest first by the last run; otherwise the order
+    of collection (a stable sort)."""
+    slow = {group_of(item) for item in items if item.get_closest_marker("slow")}
+    seconds = last_run_seconds() if slow else {}
+    items.sort(key=lambda item: (group_of(item) not in slow, -seconds.get(group_of(item), 0.0)))
 
 
 @contextlib.contextmanager

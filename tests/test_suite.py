@@ -1,5 +1,5 @@
-"""``invoke check``'s shards: together they run every collected test once, and the closing
-line sums what each shard's pytest reported."""
+"""``invoke check``: pytest in xdist workers with a test's file as its default group, the skip
+ledger counting every worker's skips, and the closing line read from pytest's own."""
 
 from __future__ import annotations
 
