@@ -26,18 +26,25 @@ from matrix.image.plan import Plan, plan
 
 def build(stacks_file: str, stacks: Any, all_stacks: bool, registry: str | None,
           ca_bundle: str | None, as_json: bool = False,
-          metadata_file: str | None = None, jobs: Any = None) -> dict[str, Any]:
-    """Build the stacks; write what was built (tags, image IDs, sizes, times) as JSON metadata."""
+          metadata_file: str | None = None, jobs: Any = None,
+          pull_bases: bool = False) -> dict[str, Any]:
+    """Build the stacks; write what was built (tags, image IDs, sizes, times) as JSON metadata.
+
+    Bases are made local (pulled again with ``pull_bases``) before planning: the layer tags
+    hash each base's digest (matrix/image/plan.py).
+    """
     from matrix.image import build as builder
     from matrix.image import ca, engine
 
     workers = None if jobs is None else integer(jobs, "--jobs", minimum=1)
     matrix = load(stacks_file)
     names = pick_stacks(matrix, stacks, all_stacks)
-    result = plan(matrix, names)
+    plan(matrix, names, engine=None)  # a stack that breaks a rule fails before the engine starts
     bundle = ca.resolve(ca_bundle)
     out = make_console(stderr=True) if as_json else console
     client = engine.ensure()
+    builder.ensure_bases(client, matrix, names, out, pull=pull_bases)
+    result = plan(matrix, names, engine=client)
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
     results = builder.build(client, result, names, registry=registry, ca_bundle=bundle, console=out,
@@ -68,9 +75,12 @@ def build_metadata(result: Plan, names: list[str], results: list[Any], started: 
     stacks = {}
     for name in names:
         final = by_ref[result.chains[name][-1]]
+        base = result.bases.get(result.matrix.stack(name).base.name)
         stacks[name] = {"image": result.final_ref(name), "ref": final.layer.ref,
                         "image_id": final.image_id, "size_bytes": final.size,
-                        "layers": list(result.chains[name])}
+                        "layers": list(result.chains[name]),
+                        "base": {"image": base.image, "digest": base.digest,
+                                 "source": base.source} if base else None}
     return {"started": started.isoformat(timespec="seconds"), "seconds": round(seconds, 3),
             "stacks": stacks, "layers": layers}
 
