@@ -102,6 +102,16 @@ def build(c, stack=None, all=False, stacks=STACKS, registry=None, ca_bundle=None
         images.test_stack(stacks, stack, all, to_stderr=json)
 
 
+@task(help={"stack": ONE["stack"], "stacks": HELP["stacks"],
+            "output": "write it to this file, whole or not at all (default: print it)"},
+      iterable=["stack"])
+@options.user_errors
+def sbom(c, stack=None, output=None, stacks=STACKS):
+    """CycloneDX 1.6 JSON of a built stack's image: Debian packages, Python distributions,
+    components built from source (URL, sha256); validated against the schema."""
+    images.sbom(stacks, stack, output)
+
+
 @task(help={"stack": ONE["stack"], "stacks": HELP["stacks"]}, iterable=["stack"])
 @options.user_errors
 def ref(c, stack=None, stacks=STACKS):
