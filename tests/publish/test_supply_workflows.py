@@ -104,3 +104,19 @@ def test_dependabot_config_passes_its_schema():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ecosystems = {u["package-ecosystem"] for u in yaml.safe_load(Path(path).read_text())["updates"]}
     assert ecosystems == {"github-actions", "pip"}
+
+
+def test_ci_requirements_pin_every_declared_dependency_with_a_hash():
+    """requirements/ci-dev.txt (for ci.yml's install step) pins what pyproject declares."""
+    import tomllib
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared = {canonicalize_name(Requirement(r).name)
+                for r in project["dependencies"] + project["optional-dependencies"]["dev"]}
+    text = (ROOT / "requirements" / "ci-dev.txt").read_text(encoding="utf-8")
+    pins = dict(re.findall(r"^([a-z0-9-]+)==\S+ \\\n((?:    --hash=sha256:[0-9a-f]{64}.*\n?)+)",
+                           text, re.MULTILINE))
+    assert declared - set(pins) == set()
+    assert all("--hash=sha256:" in hashes for hashes in pins.values())
