@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import uuid
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 import docker
 
@@ -126,7 +128,7 @@ def _normal(name: str) -> str:
 
 
 def document(matrix: Matrix, stack: Stack, image: str, image_id: str,
-             debs: list[Package], dists: list[Package]) -> str:
+             debs: list[Package], dists: list[Package], created: str = "") -> str:
     """The CycloneDX 1.6 JSON document, validated against the schema."""
     from cyclonedx.model import ExternalReference, ExternalReferenceType, HashType, Property, XsUri
     from cyclonedx.model.bom import Bom
@@ -138,7 +140,11 @@ def document(matrix: Matrix, stack: Stack, image: str, image_id: str,
 
     distro = "ubuntu" if stack.base.os.startswith("ubuntu") else "debian"
     pins = pip_pins(stack)
-    bom = Bom()
+    # The same image gives the same document, byte for byte (a second push sends nothing): its
+    # serial number is derived from the image ID and its timestamp is the image's creation time.
+    bom = Bom(serial_number=uuid.uuid5(uuid.NAMESPACE_URL, f"mnp-stacks:sbom:{image_id}"))
+    if created:
+        bom.metadata.timestamp = datetime.fromisoformat(created[:19]).replace(tzinfo=timezone.utc)
     bom.metadata.component = Component(
         type=ComponentType.CONTAINER, name=image.rsplit(":", 1)[0], version=image_id,
         bom_ref=image_id, properties=[Property(name="mnp-stacks:stack", value=stack.name),
@@ -179,9 +185,10 @@ def document(matrix: Matrix, stack: Stack, image: str, image_id: str,
 def of_image(client: docker.DockerClient, matrix: Matrix, stack: Stack, image: str) -> str:
     """The validated CycloneDX JSON of ``image`` (the built stack ``stack``)."""
     try:
-        image_id = client.images.get(image).id
+        found = client.images.get(image)
+        image_id, created = found.id, found.attrs.get("Created", "")
     except docker.errors.ImageNotFound:
         raise UserError(f"image {image} is not in the local engine; run `invoke build --stack "
                         f"{stack.name}` first") from None
     debs, dists = read_image(client, image)
-    return document(matrix, stack, image, image_id, debs, dists)
+    return document(matrix, stack, image, image_id, debs, dists, created)
