@@ -88,16 +88,28 @@ BUILD_HELP = dict(HELP, registry="registry to pull unchanged layers from, e.g. a
                 json="print the build metadata as JSON on stdout (progress goes to stderr)",
                 metadata_file="where to write the build metadata (default .mnp/build-metadata.json)",
                 jobs="layers to build at once, a layer starting when its parent is built "
-                     "(default: the machine's cores, 2 to 4)"),
+                     "(default: the machine's cores, 2 to 4)",
+                pull_bases="pull each base again even when it is local, so a base re-pushed "
+                           "under the same tag gets new layer tags (default: use local bases)"),
       iterable=["stack"])
 @options.user_errors
 def build(c, stack=None, all=False, stacks=STACKS, registry=None, ca_bundle=None,  # noqa: A002
-          test=False, json=False, metadata_file=None, jobs=None):
+          test=False, json=False, metadata_file=None, jobs=None, pull_bases=False):
     """Build stacks' layers (only what changed) under content-addressed tags."""
     images.build(stacks, stack, all, registry, ca_bundle, as_json=json, metadata_file=metadata_file,
-                 jobs=jobs)
+                 jobs=jobs, pull_bases=pull_bases)
     if test:
         images.test_stack(stacks, stack, all, to_stderr=json)
+
+
+@task(help={"stack": ONE["stack"], "stacks": HELP["stacks"],
+            "output": "write it to this file, whole or not at all (default: print it)"},
+      iterable=["stack"])
+@options.user_errors
+def sbom(c, stack=None, output=None, stacks=STACKS):
+    """CycloneDX 1.6 JSON of a built stack's image: Debian packages, Python distributions,
+    components built from source (URL, sha256); validated against the schema."""
+    images.sbom(stacks, stack, output)
 
 
 @task(help={"stack": ONE["stack"], "stacks": HELP["stacks"]}, iterable=["stack"])

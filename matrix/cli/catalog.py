@@ -224,7 +224,7 @@ def render(stacks_file: str, stacks: Any, all_stacks: bool) -> list[Path]:
     names = pick_stacks(matrix, stacks, all_stacks)
     if generated.write_entrypoint_table(generated.ENTRYPOINT_TABLE):  # first: the plan hashes the entrypoint
         print(f"wrote {shown(generated.ENTRYPOINT_TABLE)}")
-    result = plan(matrix, names)
+    result = plan(matrix, names, engine=None)  # bases as stacks.yaml names them: no engine's state
     out = generated_dir(matrix)
     written = [out / rel for rel in generated.write(result, out)]
     for path in written:
@@ -261,7 +261,9 @@ def plan_data(result: Plan, names: list[str], local: set[str] | None) -> dict[st
             "stacks": list(layer.stacks),
             "present": None if local is None else layer.ref in local,
         })
-    return {"stacks": names, "engine": local is not None, "layers": rows,
+    digests = {name: {"image": b.image, "digest": b.digest, "source": b.source}
+               for name, b in result.bases.items()}
+    return {"stacks": names, "engine": local is not None, "bases": digests, "layers": rows,
             "to_build": None if local is None else sum(not r["present"] for r in rows)}
 
 
@@ -291,6 +293,8 @@ def show_plan(stacks_file: str, stacks: Any, all_stacks: bool, as_json: bool = F
     if as_json:
         emit_json(data)
         return result
+    for base in data["bases"].values():
+        print(f"base {base['image']}: {base['digest'] or '-'} ({base['source']})")
     width = max(len(r["tag"]) for r in data["layers"])
     for base, rows in _by_base(data["layers"]).items():
         table = Table(title=f"from {base}", title_justify="left")
@@ -331,7 +335,7 @@ def lint(stacks_file: str) -> None:
     if table:
         raise UserError(f"the entrypoint's instance table is stale ({table}); run "
                         f"`invoke render --all` and commit {shown(generated.ENTRYPOINT_TABLE)}")
-    result = plan(matrix)
+    result = plan(matrix, engine=None)
     out = generated_dir(matrix)
     problems = generated.stale(result, out)
     if problems:

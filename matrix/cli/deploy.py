@@ -48,8 +48,12 @@ def push(stacks_file: str, stacks: Any, registry: str | None, force: bool) -> No
     result = plan(matrix, [stack])
     client = engine.ensure()
     # push_stack's last line is its summary (counts and the image by digest): nothing follows it
-    publish.push_stack(client, result.chains[stack], result.final_ref(stack), stack, registry,
-                       _git_sha(), force=force, log=_push_line)
+    pushed = publish.push_stack(client, result.chains[stack], result.final_ref(stack), stack,
+                                registry, _git_sha(), force=force, log=_push_line, summary=False)
+    from matrix.cli.images import sbom_beside
+
+    sbom_beside(client, matrix, stack, result.final_ref(stack), pushed, _push_line)
+    _push_line(pushed.summary())
 
 
 def _push_line(line: str) -> None:

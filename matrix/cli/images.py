@@ -26,18 +26,25 @@ from matrix.image.plan import Plan, plan
 
 def build(stacks_file: str, stacks: Any, all_stacks: bool, registry: str | None,
           ca_bundle: str | None, as_json: bool = False,
-          metadata_file: str | None = None, jobs: Any = None) -> dict[str, Any]:
-    """Build the stacks; write what was built (tags, image IDs, sizes, times) as JSON metadata."""
+          metadata_file: str | None = None, jobs: Any = None,
+          pull_bases: bool = False) -> dict[str, Any]:
+    """Build the stacks; write what was built (tags, image IDs, sizes, times) as JSON metadata.
+
+    Bases are made local (pulled again with ``pull_bases``) before planning: the layer tags
+    hash each base's digest (matrix/image/plan.py).
+    """
     from matrix.image import build as builder
     from matrix.image import ca, engine
 
     workers = None if jobs is None else integer(jobs, "--jobs", minimum=1)
     matrix = load(stacks_file)
     names = pick_stacks(matrix, stacks, all_stacks)
-    result = plan(matrix, names)
+    plan(matrix, names, engine=None)  # a stack that breaks a rule fails before the engine starts
     bundle = ca.resolve(ca_bundle)
     out = make_console(stderr=True) if as_json else console
     client = engine.ensure()
+    builder.ensure_bases(client, matrix, names, out, pull=pull_bases)
+    result = plan(matrix, names, engine=client)
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
     results = builder.build(client, result, names, registry=registry, ca_bundle=bundle, console=out,
@@ -68,9 +75,12 @@ def build_metadata(result: Plan, names: list[str], results: list[Any], started: 
     stacks = {}
     for name in names:
         final = by_ref[result.chains[name][-1]]
+        base = result.bases.get(result.matrix.stack(name).base.name)
         stacks[name] = {"image": result.final_ref(name), "ref": final.layer.ref,
                         "image_id": final.image_id, "size_bytes": final.size,
-                        "layers": list(result.chains[name])}
+                        "layers": list(result.chains[name]),
+                        "base": {"image": base.image, "digest": base.digest,
+                                 "source": base.source} if base else None}
     return {"started": started.isoformat(timespec="seconds"), "seconds": round(seconds, 3),
             "stacks": stacks, "layers": layers}
 
@@ -111,3 +121,56 @@ def test_stack(stacks_file: str, stacks: Any, all_stacks: bool, to_stderr: bool 
         raise UserError("; ".join(failures))
 
 
+
+
+# --- sbom -------------------------------------------------------------------------------------------
+
+SBOM_DIR = BUILD_METADATA.parent / "sbom"
+
+
+def sbom(stacks_file: str, stacks: Any, output: str | None) -> str:
+    """The CycloneDX JSON of a built stack's image: to ``output`` (whole or not at all) or stdout."""
+    from matrix.image import engine
+    from matrix.image import sbom as bom
+
+    matrix = load(stacks_file)
+    stack = one_stack(matrix, stacks)
+    client = engine.ensure()
+    result = plan(matrix, [stack], engine=client)
+    text = bom.of_image(client, matrix, matrix.stack(stack), result.chains[stack][-1])
+    if output:
+        write_whole(Path(output), text)
+        print(f"{stack}: CycloneDX 1.6 SBOM written to {output}")
+    else:
+        print(text, end="")
+    return text
+
+
+def write_whole(target: Path, text: str) -> None:
+    """Write ``text`` to ``target`` through a sibling renamed into place."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(target)
+    except OSError as exc:
+        raise UserError(f"--output {target}: cannot write it: {exc.strerror or exc}") from None
+
+
+def sbom_beside(client: Any, matrix: Any, stack: str, image: str, pushed: Any,
+                say: Any) -> Path:
+    """After a push: the SBOM as a file under .mnp/sbom/, and beside the image in the registry
+    (``<repo>:sha256-<digest>.sbom``) where the registry takes it; the file's path."""
+    from matrix.deploy import publish
+    from matrix.image import sbom as bom
+
+    text = bom.of_image(client, matrix, matrix.stack(stack), image)
+    digest = (pushed.image_digest_uri or "@unknown").split("@", 1)[1]
+    target = SBOM_DIR / f"{stack}-{digest.replace(':', '-')}.cdx.json"
+    write_whole(target, text)
+    say(f"SBOM (CycloneDX 1.6): {shown(target)}")
+    try:
+        say(f"SBOM pushed beside the image: {publish.push_sbom(client, pushed, text, log=say)}")
+    except UserError as exc:
+        say(f"SBOM not pushed ({exc}); it is in {shown(target)}")
+    return target

@@ -396,6 +396,7 @@ def push_stack(
     state_dir: Path = DEFAULT_STATE_DIR,
     retry: RetryPolicy | None = None,
     ecr_client: Any = None,
+    summary: bool = True,
 ) -> PushResult:
     """Publish ``stack`` to ``registry``: layers by content tag, then ``<stack>-<git_sha>`` and
     ``<stack>``.
@@ -438,5 +439,53 @@ def push_stack(
         result.final.append(
             _push_tag(client, final_image, remote, tag, target, policy, log, content_tag=False)
         )
-    log(result.summary())
+    if summary:  # the caller prints it last itself when it has more to say (the SBOM)
+        log(result.summary())
     return result
+
+
+SBOM_FILE = "sbom.cdx.json"
+SBOM_MEDIA_TYPE = "application/vnd.cyclonedx+json"
+
+
+def sbom_tag(digest: str) -> str:
+    """The cosign-style tag of an image's SBOM: ``sha256-<hex>.sbom`` (cosign's
+    ``sbom`` attachment convention, https://github.com/sigstore/cosign/blob/main/specs/SBOM_SPEC.md)."""
+    algorithm, _, hex_digest = digest.partition(":")
+    return f"{algorithm}-{hex_digest}.sbom"
+
+
+def push_sbom(client: docker.DockerClient, result: PushResult, text: str, *,
+              log: Log = print, retry: RetryPolicy | None = None) -> str:
+    """Push ``text`` (CycloneDX JSON) beside the pushed image as a one-file image under
+    :func:`sbom_tag` of the image's digest; the remote reference.
+
+    The image holds ``/sbom.cdx.json`` and nothing else (FROM scratch), labelled with the image it
+    describes; any registry that takes images takes it, and ``docker create`` + ``docker cp``
+    (or ``crane export``) reads it back.
+    """
+    import io
+    import tarfile
+
+    uri = result.image_digest_uri
+    if uri is None:
+        raise UserError(f"stack {result.stack}: no pushed image digest to attach the SBOM to")
+    remote_repo, digest = uri.split("@", 1)
+    tag = sbom_tag(digest)
+    dockerfile = (f"FROM scratch\nCOPY {SBOM_FILE} /{SBOM_FILE}\n"
+                  f'LABEL org.opencontainers.image.description="CycloneDX SBOM of {uri}" '
+                  f'io.github.mnp-stacks.sbom.subject="{uri}" '
+                  f'io.github.mnp-stacks.sbom.media-type="{SBOM_MEDIA_TYPE}"\n')
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        for name, data in (("Dockerfile", dockerfile.encode()), (SBOM_FILE, text.encode())):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    context.seek(0)
+    image, _ = client.images.build(fileobj=context, custom_context=True, tag=f"{remote_repo}:{tag}",
+                                   rm=True, forcerm=True, pull=False)
+    target = _Target(result.registry, None)
+    pushed = _push_tag(client, image, remote_repo, tag, target, retry or RetryPolicy(), log,
+                       content_tag=False)
+    return pushed.ref

@@ -25,6 +25,8 @@ from docker.errors import APIError, ImageNotFound
 
 from matrix.errors import UserError
 from matrix.image.engine import ENGINE_FAULTS, apt_install
+from matrix.image.plan import RECIPE_LABEL
+from matrix.model import reference
 from matrix.model.entities import Base
 
 # What the official Debian images configure for container builds, file by file: the
@@ -55,8 +57,25 @@ _MARKER = "/etc/apt/apt.conf.d/docker-clean"
 _CHECK = f"test -f {_MARKER} && test -z \"$(find /var/cache/apt -type f ! -name lock)\""
 
 
-def ensure_base(client: docker.DockerClient, base: Base, log=print) -> str:
-    """Return how the base was found: 'local', 'pulled' or 'bootstrapped'."""
+def ensure_base(client: docker.DockerClient, base: Base, log=print, pull: bool = False) -> str:
+    """Return how the base was found: 'local', 'pulled' or 'bootstrapped'.
+
+    ``pull`` asks the registry again for a base that is local already (a bootstrapped one too:
+    where the registry serves it, its image replaces the local one), so the image under the name
+    is the registry's current one; the plan then hashes its new digest into the tags.
+    """
+    if pull and not reference.parse(base.image).digest:
+        repository, tag = _split(base.image)
+        try:
+            client.images.pull(repository, tag=tag)
+            return "pulled"
+        except APIError as exc:
+            if not _local(client, base.image):
+                pull_error = str(exc.explanation or exc).splitlines()[0][:200]
+                return _not_pullable(client, base, pull_error, log)
+            log(f"base {base.image}: pulling it again failed "
+                f"({str(exc.explanation or exc).splitlines()[0][:200]}); using the local image")
+            return "local"
     if _local(client, base.image):
         if not base.bootstrap or _has_docker_config(client, base.image):
             return "local"
@@ -70,6 +89,10 @@ def ensure_base(client: docker.DockerClient, base: Base, log=print) -> str:
         return "pulled"
     except APIError as exc:
         pull_error = str(exc.explanation or exc).splitlines()[0][:200]
+    return _not_pullable(client, base, pull_error, log)
+
+
+def _not_pullable(client: docker.DockerClient, base: Base, pull_error: str, log) -> str:
     if base.bootstrap:
         log(f"base {base.image}: not local and not pullable ({pull_error}); "
             f"bootstrapping {base.bootstrap['suite']} from {base.bootstrap['mirror']}")
@@ -103,8 +126,11 @@ def bootstrap(client: docker.DockerClient, base: Base) -> None:
         repository, tag = _split(base.image)
         # A file path makes docker-py send the tar with a Content-Length; its stream variant
         # declares chunked encoding without chunking, which the engine rejects.
+        # The recipe's hash as a label: `invoke plan` says a base was bootstrapped, by which
+        # recipe; its image ID (this import's result) is what the layer tags hash.
         client.api.import_image(src=str(tarball), repository=repository, tag=tag,
-                                changes=['CMD ["bash"]'])
+                                changes=['CMD ["bash"]',
+                                         f"LABEL {RECIPE_LABEL}={recipe_digest(base)}"])
     if not _local(client, base.image):
         raise UserError(f"importing the bootstrapped base as {base.image} failed")
 

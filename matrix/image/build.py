@@ -31,7 +31,7 @@ from rich.table import Table
 from matrix.errors import UserError
 from matrix.image import bootstrap, budget, ca, cutoff, engine, lock, proxy, schedule
 from matrix.image import registry as reg
-from matrix.image.plan import LABEL_PREFIX, Layer, Plan
+from matrix.image.plan import LABEL_PREFIX, PARENT_LABEL, Layer, Plan, resolve_bases
 from matrix.image.progress import LayerResult, Reporter, mb
 from matrix.model.settings import ROOT
 
@@ -59,13 +59,8 @@ def build(client: docker.DockerClient, plan: Plan, stacks: list[str], *,
     if registry and layers:
         reg.has_manifest(client, remote_ref(layers[0], registry), registry, retry=retry,
                          log=console.print)
-    bases = {base.name: base for base in (plan.matrix.stack(s).base for s in stacks)}
-    for base in bases.values():
-        try:
-            how = bootstrap.ensure_base(client, base, log=console.print)
-        except engine.ENGINE_FAULTS as exc:
-            raise engine.fault(client, exc, f"checking base image {base.image}") from None
-        console.print(f"base {base.image}: {how}")
+    ensure_bases(client, plan.matrix, stacks, console)
+    _check_bases(client, plan, stacks)
     reporter = Reporter(console, layers)
     with ca.serve(ca_bundle) as ca_url:
         job = _Job(client, registry, ca_url, proxy.build_args(), reporter, state, no_cache, key,
@@ -98,6 +93,31 @@ def build(client: docker.DockerClient, plan: Plan, stacks: list[str], *,
     except engine.ENGINE_FAULTS as exc:
         raise engine.fault(client, exc, "reading the layers' history") from None
     return ordered
+
+
+def ensure_bases(client: docker.DockerClient, matrix: Any, stacks: list[str],
+                 console: Console, pull: bool = False) -> None:
+    """Make every base the stacks need local (pulled or bootstrapped); ``pull`` pulls those a
+    registry serves again, so a base re-pushed under the same tag is seen."""
+    bases = {base.name: base for base in (matrix.stack(s).base for s in stacks)}
+    for base in bases.values():
+        try:
+            how = bootstrap.ensure_base(client, base, log=console.print, pull=pull)
+        except engine.ENGINE_FAULTS as exc:
+            raise engine.fault(client, exc, f"checking base image {base.image}") from None
+        console.print(f"base {base.image}: {how}")
+
+
+def _check_bases(client: docker.DockerClient, plan: Plan, stacks: list[str]) -> None:
+    """The plan's tags hash each base's digest: a base that is not the one planned (made or
+    pulled since) would put layers under tags that do not name their content."""
+    now = resolve_bases(plan.matrix, stacks, client)
+    for name, base in now.items():
+        planned = plan.bases.get(name)
+        if planned is not None and planned.identity != base.identity:
+            raise UserError(f"base {base.image} is {base.digest or 'unresolved'} now, not "
+                            f"{planned.digest or 'unresolved'} as planned; plan again (invoke "
+                            "build does: run it again)")
 
 
 @dataclass
@@ -166,13 +186,17 @@ def _stream_build(job: _Job, layer: Layer, log_path: Path, steps: cutoff.Steps) 
     if job.ca_url:
         args["MNP_CA_URL"] = job.ca_url
     before = engine.identity(job.client)
+    # The parent it is built on, by image ID: a registry copy of this layer is used only when
+    # its parent is the local one (_pull); the engine adds it as a last LABEL step, so the
+    # steps before it keep their cache.
+    labels = {PARENT_LABEL: job.client.images.get(layer.parent).id}
     with log_path.open("w", encoding="utf-8") as log:
         log.write(f"# {layer.ref}\n# FROM {layer.parent}\n")
         try:
             for chunk in job.client.api.build(fileobj=context_tar(layer), custom_context=True,
                                               tag=layer.ref, rm=True, forcerm=True, pull=False,
                                               network_mode="host", buildargs=args, decode=True,
-                                              nocache=job.no_cache):
+                                              nocache=job.no_cache, labels=labels):
                 if "stream" in chunk:
                     text = chunk["stream"]
                     log.write(text)
@@ -254,11 +278,17 @@ def _mismatch(client: docker.DockerClient, layer: Layer, image: Any) -> str:
     """What makes ``image`` not the one ``layer``'s Dockerfile builds ("" when nothing)."""
     parent = client.images.get(layer.parent)
     expected = {**_ours(parent.labels), **_ours(dockerfile_labels(layer.dockerfile))}
+    expected.pop(PARENT_LABEL, None)
     actual = _ours(image.labels)
+    actual.pop(PARENT_LABEL, None)
     for key in sorted(set(expected) | set(actual)):
         if expected.get(key) != actual.get(key):
             return (f"has label {key}={actual.get(key)!r} where its Dockerfile gives "
                     f"{expected.get(key)!r}")
+    recorded = (image.labels or {}).get(PARENT_LABEL)
+    if recorded != parent.id:
+        return (f"records parent {recorded or 'none'} ({PARENT_LABEL}), not {parent.id}, the "
+                f"image {layer.parent} names here")
     ours = (image.attrs.get("RootFS") or {}).get("Layers") or []
     theirs = (parent.attrs.get("RootFS") or {}).get("Layers") or []
     if ours[:len(theirs)] != theirs:
@@ -300,6 +330,12 @@ def _pull(client: docker.DockerClient, layer: Layer, registry: str, retry: reg.R
     image = reg.call(client, lambda: client.images.pull(repository, tag=tag), registry,
                      f"pulling {remote}", retry=retry, log=log)
     if image is None:  # deleted between the two calls
+        return False
+    parent = client.images.get(layer.parent).id
+    recorded = (image.labels or {}).get(PARENT_LABEL)
+    if recorded != parent:
+        log(f"{layer.name}: {remote} was built on parent {recorded or '(not recorded)'}, not on "
+            f"this engine's {layer.parent} ({parent}); building it here")
         return False
     local_repo, local_tag = layer.ref.rsplit(":", 1)
     image.tag(local_repo, local_tag)

@@ -5,6 +5,7 @@ answers 429 is asked again with backoff and then reported; one that came back is
 
 from __future__ import annotations
 
+import io
 import shutil
 import subprocess
 from pathlib import Path
@@ -109,3 +110,37 @@ def test_registry_that_does_not_answer_is_retried_then_reported(docker_client, p
                                         r"3 times \(last: .*connection refused"):
         run_build(docker_client, project, ["one"], registry=host, retry=FAST)
     assert _built(docker_client, project) == []
+
+
+def _push_as(client, image_ref: str, remote: str) -> None:
+    repository, tag = remote.rsplit(":", 1)
+    client.images.get(image_ref).tag(repository, tag)
+    for event in client.images.push(repository, tag=tag, stream=True, decode=True):
+        assert "error" not in event, event
+    client.images.remove(remote)
+
+
+def test_registry_layer_is_used_only_on_its_recorded_parent(docker_client, project, registry):
+    """A layer pushed from a build on this base is pulled; one whose recorded parent (its
+    io.github.mnp-stacks.parent label) is another image is built here instead."""
+    from matrix.image.build import remote_ref
+    from tests.build_project import remove_repository
+
+    result, _ = run_build(docker_client, project, ["one"])
+    alpha = result.chain("one")[0]
+    _push_as(docker_client, alpha.ref, remote_ref(alpha, registry.host))
+    remove_repository(docker_client, project["repo"])
+    _, statuses = run_build(docker_client, project, ["one"], registry=registry.host, retry=FAST)
+    assert statuses[0] == ("alpha 1.0", "pulled")
+
+    # Same content tag in the registry, but built on another parent: not used.
+    stranger = f"{project['repo']}-stranger:x"
+    docker_client.images.build(fileobj=io.BytesIO(
+        b"FROM debian:bookworm\nLABEL io.github.mnp-stacks.parent=sha256:0000\n"), tag=stranger,
+        rm=True, pull=False)
+    _push_as(docker_client, stranger, remote_ref(alpha, registry.host))
+    docker_client.images.remove(stranger)
+    remove_repository(docker_client, project["repo"])
+    _, statuses = run_build(docker_client, project, ["one"], registry=registry.host, retry=FAST)
+    assert statuses[0] == ("alpha 1.0", "built")
+    assert "was built on parent sha256:0000, not on this engine's debian:bookworm" in project["log"]
