@@ -182,8 +182,9 @@ def test_ci_runs_on_pull_requests_and_covers_the_checks():
     assert "invoke build --stack cpu-tcp" in everything
     assert "invoke test --stack cpu-tcp" in everything
     assert "docker-registry" in everything
-    for job in ci["jobs"].values():
-        assert "pip install -e '.[dev]'" in _runs(job)
+    for job in ci["jobs"].values():  # every job installs the hashed pins (issue 34), then us
+        assert ("pip install --require-hashes -r requirements/ci-dev.txt && "
+                "pip install --no-deps -e .") in _runs(job)
 
 
 def test_publish_matrix_from_invoke_and_oidc_to_ecr():
