@@ -43,6 +43,8 @@ ADAPTER_CONTRACT = (
     ("SOURCE", str, "where the scheduler documents the variables it sets"),
     ("SIGNALS", tuple, "its variables, so those present but unused are named"),
     ("PRECEDENCE", int, "detection order between equally sure adapters, lower first"),
+    ("SUBMITTED", bool, "a job is submitted to it (invoke explain --scheduler plans for it); "
+                        "False for who is no scheduler: a launcher above, a single node"),
     ("detect", (1,), "detect(env): the variable it recognised itself from, or None"),
     ("trust", (1,), "trust(env): (LAUNCHED | STARTED | EXPORTED, why)"),
     ("table", (1,), "table(env): its NodeTable; a bad value raises ConfigError naming it"),

@@ -18,6 +18,7 @@ from .base import EXPORTED, LAUNCHED, NodeTable, below, first, get, integer
 
 NAME = "rank"
 PRECEDENCE = 10  # between equally sure adapters (schedulers/__init__.py says why)
+SUBMITTED = False  # whether a job is submitted to it (base.ADAPTER_CONTRACT)
 SOURCE = ("https://docs.open-mpi.org/en/v5.0.x/tuning-apps/environment-var.html; "
           "https://slurm.schedmd.com/mpi_guide.html (PMIx); "
           "https://pytorch.org/docs/stable/elastic/run.html#environment-variables (LOCAL_RANK, "

@@ -27,6 +27,7 @@ OTHER_WAYS = ("srun --mpi=pmix (every task is a rank), srun --ntasks-per-node=1 
               "(the entrypoints wire the nodes for MNP_LAUNCHER=mpirun or deepspeed) or mpirun "
               "from the batch script")
 PRECEDENCE = 60  # between equally sure adapters (schedulers/__init__.py says why)
+SUBMITTED = True  # whether a job is submitted to it (base.ADAPTER_CONTRACT)
 SOURCE = ("https://slurm.schedmd.com/srun.html#SECTION_OUTPUT-ENVIRONMENT-VARIABLES; "
           "https://slurm.schedmd.com/sbatch.html#SECTION_OUTPUT-ENVIRONMENT-VARIABLES")
 JOB_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOBID")

@@ -293,8 +293,9 @@ def show_plan(stacks_file: str, stacks: Any, all_stacks: bool, as_json: bool = F
     if as_json:
         emit_json(data)
         return result
-    for base in data["bases"].values():
-        print(f"base {base['image']}: {base['digest'] or '-'} ({base['source']})")
+    for base in data["bases"].values():  # two lines: a registry path alone can fill a line
+        print(f"base {base['image']}" if len(base["image"]) <= 95 else f"base\n  {base['image']}")
+        print(f"  {base['digest'] or '-'} ({base['source']})")
     width = max(len(r["tag"]) for r in data["layers"])
     for base, rows in _by_base(data["layers"]).items():
         table = Table(title=f"from {base}", title_justify="left")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from entrypoint import launchers, schedulers
+from entrypoint import schedulers as ep_schedulers
 from entrypoint.core.limits import MAX_NODES
 from entrypoint.plan import make as ep_plan
 from entrypoint.probe.facts import NodeFacts
@@ -48,7 +49,9 @@ IMAGE_ENV = {"PATH": PATH, "HOME": "/root", "PYTHONPATH": "/opt/mnp/lib"}
 PLACEHOLDER_COMMAND = ["python3", "train.py"]
 # What ``--scheduler`` accepts: the schedulers a job is submitted to (``rank`` and ``single`` are
 # what the entrypoint finds inside a job, not schedulers to explain a job for).
-SCHEDULERS = ("batch", "slurm", "pytorchjob", "trainjob", "mpijob")
+# The schedulers a job is submitted to: the entrypoint's adapters that say so (a new adapter
+# module is one more, with no edit here).
+SCHEDULERS = tuple(adapter.NAME for adapter in ep_schedulers.ORDER if adapter.SUBMITTED)
 RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2")  # an elastic PyTorchJob's rdzvBackend
 
 

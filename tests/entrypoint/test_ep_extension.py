@@ -22,6 +22,7 @@ from .base import STARTED, NodeTable, get, integer
 
 NAME = "toy"
 PRECEDENCE = 55
+SUBMITTED = True
 SOURCE = "tests/entrypoint/test_ep_toy_scheduler.py"
 SIGNALS = ("TOY_RANK", "TOY_SIZE", "TOY_MAIN")
 
