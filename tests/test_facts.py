@@ -94,6 +94,17 @@ def test_libfabric_amzn_builds_compare_by_their_suffix():
     assert _ids(new_enough) == []
 
 
+def test_aws_ofi_nccl_1_19_needs_upstream_libfabric_1_22_0_not_amzn4():
+    """From 1.19 the notes ask for Libfabric v1.22.0 (any build), not 1.22.0amzn4.0
+    (https://github.com/aws/aws-ofi-nccl/releases/tag/v1.19.2)."""
+    amzn3 = make_stack({"nccl": "2.27.3", "aws-ofi-nccl": "1.19.2"},
+                       provides={"libfabric": "1.22.0amzn3.0"})
+    assert _ids(amzn3) == []
+    older = make_stack({"nccl": "2.27.3", "aws-ofi-nccl": "1.19.2"},
+                       provides={"libfabric": "1.21.0"})
+    assert "ofi-nccl-libfabric-1.19" in _ids(older)
+
+
 def test_efa_ubuntu_18_04_support_runs_to_1_22():
     spec = _version("efa", "1.10.0")
     assert "ubuntu18.04" in spec["os"]
