@@ -105,6 +105,21 @@ def test_aws_ofi_nccl_1_19_needs_upstream_libfabric_1_22_0_not_amzn4():
     assert "ofi-nccl-libfabric-1.19" in _ids(older)
 
 
+def test_pytorch_2_2_and_2_3_with_python_3_12_are_reported_not_refused():
+    """PyTorch's RELEASE.md lists 3.12 as experimental for 2.2 and 2.3: a note, not a refusal."""
+    for torch in ("2.2.2", "2.3.1"):
+        stack = make_stack({"pytorch": torch}, provides={"python": "3.12.3"},
+                           sources={"pytorch": "pip"})
+        assert _ids(stack) == []
+        assert "pytorch-2.2-2.3-python-3.12-experimental" in [v.rule.id for v in check_stack(stack)]
+    too_new = make_stack({"pytorch": "2.3.1"}, provides={"python": "3.13.1"},
+                         sources={"pytorch": "pip"})
+    assert "pytorch-2.2-2.3-python" in _ids(too_new)
+    older = make_stack({"pytorch": "2.1.2"}, provides={"python": "3.12.3"},
+                       sources={"pytorch": "pip"})
+    assert "pytorch-2.0-2.1-python" in _ids(older)
+
+
 def test_efa_ubuntu_18_04_support_runs_to_1_22():
     spec = _version("efa", "1.10.0")
     assert "ubuntu18.04" in spec["os"]
