@@ -94,6 +94,46 @@ def test_libfabric_amzn_builds_compare_by_their_suffix():
     assert _ids(new_enough) == []
 
 
+def test_aws_ofi_nccl_1_19_needs_upstream_libfabric_1_22_0_not_amzn4():
+    """From 1.19 the notes ask for Libfabric v1.22.0 (any build), not 1.22.0amzn4.0
+    (https://github.com/aws/aws-ofi-nccl/releases/tag/v1.19.2)."""
+    amzn3 = make_stack({"nccl": "2.27.3", "aws-ofi-nccl": "1.19.2"},
+                       provides={"libfabric": "1.22.0amzn3.0"})
+    assert _ids(amzn3) == []
+    older = make_stack({"nccl": "2.27.3", "aws-ofi-nccl": "1.19.2"},
+                       provides={"libfabric": "1.21.0"})
+    assert "ofi-nccl-libfabric-1.19" in _ids(older)
+
+
+def test_pytorch_2_2_and_2_3_with_python_3_12_are_reported_not_refused():
+    """PyTorch's RELEASE.md lists 3.12 as experimental for 2.2 and 2.3: a note, not a refusal."""
+    for torch in ("2.2.2", "2.3.1"):
+        stack = make_stack({"pytorch": torch}, provides={"python": "3.12.3"},
+                           sources={"pytorch": "pip"})
+        assert _ids(stack) == []
+        assert "pytorch-2.2-2.3-python-3.12-experimental" in [v.rule.id for v in check_stack(stack)]
+    too_new = make_stack({"pytorch": "2.3.1"}, provides={"python": "3.13.1"},
+                         sources={"pytorch": "pip"})
+    assert "pytorch-2.2-2.3-python" in _ids(too_new)
+    older = make_stack({"pytorch": "2.1.2"}, provides={"python": "3.12.3"},
+                       sources={"pytorch": "pip"})
+    assert "pytorch-2.0-2.1-python" in _ids(older)
+
+
+def test_p5e_and_p5en_need_the_plugin_release_that_added_them():
+    """P5e came in aws-ofi-nccl 1.11.0 (pull 520), P5en in 1.13.0 (RELEASENOTES v1.13.0-aws);
+    p5's 1.7.2 floor is not enough for them."""
+    def efa_stack(instance: str, plugin: str, libfabric: str):
+        return replace(make_stack({"nccl": "2.23.4", "aws-ofi-nccl": plugin, "efa": "1.37.0"},
+                                  provides={"cuda": "12.4.1", "libfabric": libfabric},
+                                  instances=(instance,)), fabric="efa")
+    assert _ids(efa_stack("p5.48xlarge", "1.10.0", "1.19.0amzn1.0")) == []
+    assert _ids(efa_stack("p5e.48xlarge", "1.10.0", "1.19.0amzn1.0")) == ["p5e-efa-plugin-minimum"]
+    assert _ids(efa_stack("p5e.48xlarge", "1.11.0", "1.19.0amzn1.0")) == []
+    assert _ids(efa_stack("p5en.48xlarge", "1.12.1", "1.22.0amzn4.0")) == ["p5en-efa-plugin-minimum"]
+    assert _ids(efa_stack("p5en.48xlarge", "1.13.2", "1.22.0amzn4.0")) == []
+
+
 def test_efa_ubuntu_18_04_support_runs_to_1_22():
     spec = _version("efa", "1.10.0")
     assert "ubuntu18.04" in spec["os"]

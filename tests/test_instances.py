@@ -172,8 +172,16 @@ def test_nitro_versions_as_the_efa_page_groups_them(name, nitro):
 
 def test_what_is_confirmed_and_what_is_not():
     """Issue 25: the EFA counts of g5.12xlarge, p4de and dl1 now rest on DescribeInstanceTypes
-    or AWS's topology files; p5en's 16 could not be re-read from AWS and says so."""
-    assert get_instance_type("p5en.48xlarge").unverified.startswith("the 16 EFA interfaces")
+    or AWS's topology files. Issue 32: p5en's 16 and p6-b200's 8 rest on Karpenter's instance
+    table at a named commit; p6-b300 is not in it and stays unverified."""
+    p5en = get_instance_type("p5en.48xlarge")
+    assert not p5en.unverified
+    assert "2aea8194afeb77240e1948472c3fe23fc75e1778" in p5en.source
+    assert "p5en.48xlarge: instance-cpu 192, instance-memory 2097152" in p5en.source
+    assert "vpc.amazonaws.com/efa 16" in p5en.source and p5en.efa_interfaces == 16
+    assert p5en.memory_mib == 2097152
+    assert "vpc.amazonaws.com/efa 8" in get_instance_type("p6-b200.48xlarge").source
+    assert "lists P6-B300" in get_instance_type("p6-b300.48xlarge").unverified
     dl1 = get_instance_type("dl1.24xlarge").unverified
     assert dl1.startswith("whether EFA is still offered") and "EFA count" not in dl1
     assert not get_instance_type("g5.12xlarge").unverified
