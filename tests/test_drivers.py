@@ -134,3 +134,27 @@ def test_a_writer_holding_only_the_name_gets_the_same_floor():
     assert drivers.floor_named("cpu-tcp") is None
     with pytest.raises(UserError):
         drivers.floor_named("no-such-stack")
+
+
+def test_invoke_explain_names_every_cuda_stacks_floor_with_its_source():
+    """Before submit (issue 33): the plan invoke explain prints for every CUDA stack carries the
+    stack's minimum driver and its source; a stack without CUDA carries none."""
+    from matrix.jobs import explain
+
+    matrix = load_matrix(ROOT / "stacks.yaml")
+    seen = 0
+    for name, stack in matrix.stacks.items():
+        floor = drivers.driver_floor(stack)
+        itype = next((i for i in stack.instances), None)
+        if itype is None:
+            continue
+        try:
+            shown = explain.explain(matrix, name, itype, 2).text()
+        except UserError:
+            continue  # a stack the rules refuse there: invoke explain says so instead
+        if floor is None:
+            assert "NVIDIA driver >=" not in shown, name
+            continue
+        seen += 1
+        assert f"NVIDIA driver >= {floor.minimum}" in shown and floor.source in shown, name
+    assert seen >= 4
