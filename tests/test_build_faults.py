@@ -24,8 +24,10 @@ def build_on(engine: FakeEngine, project: dict, stacks_file_text: str | None = N
     if stacks_file_text:
         project["stacks"].write_text(stacks_file_text)
     client = docker.DockerClient(base_url=engine.url, version="1.41", timeout=10)
+    # planned on the engine that builds (the fake one), as invoke build does: the base's digest
+    # is the one that engine has
     result = plan(load_matrix(project["stacks"]), ["one"], images=project["images"],
-                  root=project["images"].parent)
+                  root=project["images"].parent, engine=client)
     build.build(client, result, ["one"], console=Console(file=io.StringIO(), width=200),
                 state=project["state"])
 

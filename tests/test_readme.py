@@ -79,8 +79,9 @@ README_DIGEST_URI = ("123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp-stacks@sh
 # What each example must print, beyond exiting 0 (keyed by the command without its comment).
 CHECKS: dict[str, Callable[[str], bool]] = {
     "invoke stacks --names": lambda out: out.split()[:2] == ["cpu-tcp", "cpu-mpi"],
+    # the adapters a job is submitted to, in the entrypoint's detection order
     "invoke stacks --values scheduler": lambda out: out.split() == [
-        "batch", "slurm", "pytorchjob", "trainjob", "mpijob"],
+        "batch", "mpijob", "pytorchjob", "trainjob", "slurm"],
     # cpu-mpi's first five layers are cpu-tcp's; each stack adds its label-only layer.
     "invoke plan --stack cpu-tcp --stack cpu-mpi": lambda out: (
         f"{len(STACKS['cpu-tcp']['layers']) + len(STACKS['cpu-mpi']['layers']) + 2 - 5} layers "
