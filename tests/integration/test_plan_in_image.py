@@ -24,8 +24,10 @@ def in_image(docker_client, image, launcher):
     env = jobdef.mnp_environment(INSTANCE_TYPES[INSTANCE], launcher, "tcp", 600, None)
     env.update({"AWS_BATCH_JOB_NODE_INDEX": "0", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
                 "AWS_BATCH_JOB_NUM_NODES": "2", "MNP_DRY_RUN": "json"})
+    # /dev/shm as the job definition sets it (linuxParameters.sharedMemorySize): the row's
     out = docker_client.containers.run(image, ["python3", "train.py"], environment=env,
-                                       remove=True, stdout=True, stderr=False)
+                                       remove=True, stdout=True, stderr=False,
+                                       shm_size=f"{INSTANCE_TYPES[INSTANCE].shm_mib}m")
     return json.loads(out.decode("utf-8"))
 
 
