@@ -222,7 +222,7 @@ def test_explain_under_each_scheduler_uses_its_adapters_example(scheduler):
 
 
 def test_explain_refuses_an_unknown_scheduler_with_one_line():
-    with pytest.raises(ExplainError, match=r"^--scheduler 'k8s' is not one of batch, slurm, "):
+    with pytest.raises(ExplainError, match=r"^--scheduler 'k8s' is not one of batch, mpijob, "):
         explain(MATRIX, "cpu-tcp", "c5n.18xlarge", 2, None, scheduler="k8s")
 
 

@@ -26,10 +26,7 @@ from docker.errors import APIError, ImageNotFound
 from matrix.errors import UserError
 from matrix.image.engine import ENGINE_FAULTS, apt_install
 from matrix.model import reference
-from matrix.model.entities import Base
-
-# The label a bootstrapped base carries: the digest of its recipe (plan.py reads it back).
-RECIPE_LABEL = "io.github.mnp-stacks.bootstrap.recipe"
+from matrix.model.entities import RECIPE_LABEL, Base
 
 # What the official Debian images configure for container builds, file by file: the
 # debuerreotype scripts that build them, scripts/debuerreotype-minimizing-config

@@ -40,7 +40,7 @@ LABEL_PREFIX = "io.github.mnp-stacks"
 # used only when this matches the local parent (matrix/image/build.py).
 PARENT_LABEL = f"{LABEL_PREFIX}.parent"
 # On a bootstrapped base: the hash of its recipe (matrix/image/bootstrap.py).
-from matrix.image.bootstrap import RECIPE_LABEL  # noqa: E402 (defined where it is written)
+from matrix.model.entities import RECIPE_LABEL  # noqa: E402,F401 (plan.RECIPE_LABEL: read here)
 
 
 @dataclass(frozen=True)

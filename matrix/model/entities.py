@@ -22,6 +22,10 @@ _RELEASE = re.compile(r"^(?:\d+:)?v?(\d+(?:\.\d+)*)")
 _AMZN = re.compile(r"^(?:\d+:)?v?(\d+(?:\.\d+)*)(~?)amzn(\d+)(?:\.(\d+))?")
 _CLAUSE = re.compile(r"(===|~=|==|!=|<=|>=|<|>)\s*([^,\s]+)")
 
+# The label a bootstrapped base carries: the digest of its recipe (written by image/bootstrap.py,
+# read back by image/plan.py; here so neither imports the other).
+RECIPE_LABEL = "io.github.mnp-stacks.bootstrap.recipe"
+
 
 def comparable(version: str) -> Version:
     """The release part of any version string, for ordering.
