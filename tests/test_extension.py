@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.toy_modules import TOY_SCHEDULER
+
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp-stacks@sha256:" + "a" * 64
 
@@ -33,34 +35,6 @@ class Toy(Unit):
 UNIT = Toy()
 '''
 
-TOY_SCHEDULER = '''"""A toy scheduler: TOY_RANK, TOY_SIZE and the main node at TOY_MAIN."""
-from .base import STARTED, NodeTable, get, integer
-
-NAME = "toy"
-PRECEDENCE = 55
-SUBMITTED = True
-SOURCE = "tests/test_extension.py"
-SIGNALS = ("TOY_RANK", "TOY_SIZE", "TOY_MAIN")
-
-
-def detect(env):
-    return "TOY_RANK" if get(env, "TOY_RANK") is not None else None
-
-
-def trust(env):
-    return STARTED, "only the toy scheduler sets TOY_RANK"
-
-
-def table(env):
-    rank = integer(env, "TOY_RANK")
-    return NodeTable(NAME, "TOY_RANK", "main" if rank == 0 else "child", node_rank=rank,
-                     num_nodes=integer(env, "TOY_SIZE"), main_address=get(env, "TOY_MAIN"),
-                     rendezvous=True)
-
-
-def example(num_nodes, node_rank=0):
-    return {"TOY_RANK": str(node_rank), "TOY_SIZE": str(num_nodes), "TOY_MAIN": "10.0.0.1"}
-'''
 
 
 @pytest.fixture(scope="module")

@@ -15,36 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.toy_modules import TOY_SCHEDULER
+
 ROOT = Path(__file__).resolve().parents[2]
 
-TOY = '''"""A toy scheduler: TOY_RANK and TOY_SIZE, the main node at TOY_MAIN."""
-from .base import STARTED, NodeTable, get, integer
-
-NAME = "toy"
-PRECEDENCE = 55
-SUBMITTED = True
-SOURCE = "tests/entrypoint/test_ep_toy_scheduler.py"
-SIGNALS = ("TOY_RANK", "TOY_SIZE", "TOY_MAIN")
-
-
-def detect(env):
-    return "TOY_RANK" if get(env, "TOY_RANK") is not None else None
-
-
-def trust(env):
-    return STARTED, "only the toy scheduler sets TOY_RANK"
-
-
-def table(env):
-    rank = integer(env, "TOY_RANK")
-    size = integer(env, "TOY_SIZE")
-    return NodeTable(NAME, "TOY_RANK", "main" if rank == 0 else "child", node_rank=rank,
-                     num_nodes=size, main_address=get(env, "TOY_MAIN"))
-
-
-def example(num_nodes, node_rank=0):
-    return {"TOY_RANK": str(node_rank), "TOY_SIZE": str(num_nodes), "TOY_MAIN": "toy-0"}
-'''
+TOY = TOY_SCHEDULER
 
 
 TOY_UNIT = '''"""A toy launcher: prints its plan's np and runs nothing."""
