@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from matrix.jobs import sbatch
 from matrix.model.instances import get_instance_type
 
 BATCH_SOURCE = ("https://docs.aws.amazon.com/batch/latest/userguide/job_env_vars.html "
@@ -127,7 +128,7 @@ def _node_range(ranges: list[Mapping[str, Any]], index: int, count: int) -> Mapp
 
 def slurm_roles(script: str, instance_type: str, job_id: str = "1234") -> list[Role]:
     """Node 0's first task and the last node's last task, as srun starts them."""
-    options = _sbatch_options(script)
+    options = sbatch.directives(script)  # the writer's own reader of its #SBATCH lines
     nodes = int(options["--nodes"])
     per_node = int(options.get("--ntasks-per-node", "1"))
     gpus = int(options.get("--gpus-per-node", "0"))
@@ -158,15 +159,6 @@ def slurm_roles(script: str, instance_type: str, job_id: str = "1234") -> list[R
         devices = Devices(gpus, instance.hpus, instance.efa_interfaces)
         roles.append(Role(f"node {node} task {local}", env, task, devices, instance.name))
     return roles
-
-
-def _sbatch_options(script: str) -> dict[str, str]:
-    found = {}
-    for line in script.splitlines():
-        if line.startswith("#SBATCH "):
-            name, _, value = line[len("#SBATCH "):].partition("=")
-            found[name] = value
-    return found
 
 
 def _exports(script: str) -> dict[str, str]:
