@@ -25,12 +25,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import yaml
 
 from matrix.errors import UserError
+from matrix.model.schema import jsonschema_library
+
+if TYPE_CHECKING:
+    import jsonschema
 
 SCHEMAS = Path(__file__).parent / "schemas" / "kubeflow"
 
@@ -128,7 +131,7 @@ def errors(manifest: Mapping[str, Any]) -> list[str]:
     crd = CRDS[kind]
     if manifest.get("apiVersion") != crd.api_version:
         return [f"apiVersion: {manifest.get('apiVersion')!r} is not {crd.api_version}"]
-    validator = jsonschema.Draft7Validator(strict(kind))
+    validator = jsonschema_library().Draft7Validator(strict(kind))
     return sorted(line for error in validator.iter_errors(dict(manifest))
                   for line in _message(error))
 

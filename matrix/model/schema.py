@@ -7,6 +7,7 @@ The instance table and the loader both use it, so it sits below both of them. A 
 
 from __future__ import annotations
 
+import sys
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,34 @@ SCHEMAS = Path(__file__).parent / "schemas"
 # jsonschema (and what it imports) is loaded by the first check, not at import: shell completion
 # (`invoke stacks --names`, `invoke --complete`) imports this package on every Tab and checks
 # nothing, so it must not pay for it.
+# The format module whose import jsonschema skips (see jsonschema_library).
+SLOW_FORMAT_MODULE = "rfc3987_syntax"
+# The formats it checks; no schema this project validates in-process uses them (a test holds it).
+IRI_FORMATS = ("iri", "iri-reference")
+
+
+def jsonschema_library():  # noqa: ANN201 (the jsonschema module, imported lazily)
+    """The jsonschema module, imported without compiling rfc3987-syntax's grammars.
+
+    cyclonedx-python-lib's json-validation extra installs jsonschema[format-nongpl], and
+    jsonschema's format module imports rfc3987-syntax when it is installed
+    (jsonschema/_format.py, "import rfc3987_syntax" at module level), which builds 38 lark
+    parsers there and then: about 2 s of CPU before any command could print a line, and again
+    in every command the suite starts. Those parsers only check the ``iri`` and
+    ``iri-reference`` formats (``IRI_FORMATS``), so the first import here hides that module;
+    the bill of materials, whose CycloneDX schema uses them, is validated in a process of its
+    own (matrix/image/sbom.py).
+    """
+    if "jsonschema" not in sys.modules and SLOW_FORMAT_MODULE not in sys.modules:
+        sys.modules[SLOW_FORMAT_MODULE] = None  # type: ignore[assignment]  # import -> ImportError
+        try:
+            import jsonschema
+        finally:
+            del sys.modules[SLOW_FORMAT_MODULE]
+        return jsonschema
+    import jsonschema
+
+    return jsonschema
 
 
 @cache
@@ -33,8 +62,7 @@ def schema(name: str) -> dict[str, Any]:
 
 def check_schema(located: yamlsrc.Located, schema_name: str) -> None:
     """Raise the first schema error (in document order) as ``file:line: key: problem``."""
-    import jsonschema
-
+    jsonschema = jsonschema_library()
     validator = jsonschema.Draft202012Validator(schema(schema_name))
     errors = list(validator.iter_errors(located.data))
     if not errors:
@@ -53,8 +81,7 @@ def check_options(located: yamlsrc.Located, images: Path | None = None) -> None:
 
     Runs before any template sees the options. A component without that file takes no options.
     """
-    import jsonschema
-
+    jsonschema = jsonschema_library()
     for component, cspec in located.data["components"].items():
         schema_file = (images or IMAGES) / component / OPTIONS_SCHEMA
         rule = options_schema(schema_file)
@@ -77,8 +104,7 @@ def check_options(located: yamlsrc.Located, images: Path | None = None) -> None:
 @cache
 def options_schema(path: Path) -> dict[str, Any] | None:
     """A component's options schema; None when the component has none (it takes no options)."""
-    import jsonschema
-
+    jsonschema = jsonschema_library()
     if not path.is_file():
         return None
     try:
