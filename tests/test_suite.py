@@ -39,6 +39,12 @@ def test_the_number_of_workers_is_checked(monkeypatch):
         suite.workers()
 
 
+def test_the_suite_caches_bytecode_whatever_the_shell_says():
+    environment = {"PYTHONDONTWRITEBYTECODE": "1", "PATH": "/bin"}
+    suite.cache_bytecode(environment)
+    assert environment == {"PATH": "/bin"}
+
+
 def test_the_closing_line_is_pytests_count():
     text = "...\n== 1 failed, 30 passed, 2 skipped, 1 error in 9.00s ==\n"
     assert suite.summed(text) == "30 passed, 1 failed, 2 skipped, 1 errors"

@@ -19,7 +19,6 @@ is reported. A job or step marked ``continue-on-error``, or a check step that ru
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -234,8 +233,7 @@ def collected(args: tuple[str, ...] | list[str]) -> set[str]:
     """The node IDs ``python -m pytest --collect-only -q ARGS`` selects (from the project root)."""
     proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                            "-p", "no:cacheprovider", *args],
-                          cwd=ROOT, capture_output=True, text=True, check=False,
-                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+                          cwd=ROOT, capture_output=True, text=True, check=False)
     if proc.returncode not in (0, 5):  # 5: the selection is empty, which is reported later
         raise AssertionError(f"pytest {' '.join(args)} does not collect:\n{proc.stdout[-2000:]}")
     return {line for line in proc.stdout.splitlines() if "::" in line}
