@@ -126,11 +126,13 @@ def engine(c):
     images.start_engine()
 
 
-@task(help=HELP, name="test", iterable=["stack"])
+@task(help=dict(HELP, again="run layers whose tests passed before with the same image and tests "
+                            "too (default: those are reported as cached)"),
+      name="test", iterable=["stack"])
 @options.user_errors
-def test_(c, stack=None, all=False, stacks=STACKS):  # noqa: A002
+def test_(c, stack=None, all=False, stacks=STACKS, again=False):  # noqa: A002
     """Run each layer's testinfra tests against its built image; records a pass for push."""
-    images.test_stack(stacks, stack, all)
+    images.test_stack(stacks, stack, all, again=again)
 
 
 @task(help={"pytest": "extra pytest arguments, e.g. \"-k plan -x\" (default: none)"})

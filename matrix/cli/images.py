@@ -100,8 +100,10 @@ def start_engine() -> None:
     print(f"Docker engine {client.version().get('Version', '?')} is running")
 
 
-def test_stack(stacks_file: str, stacks: Any, all_stacks: bool, to_stderr: bool = False) -> None:
-    """Layer tests; ``to_stderr`` keeps stdout for ``build --json --test``'s JSON alone."""
+def test_stack(stacks_file: str, stacks: Any, all_stacks: bool, to_stderr: bool = False,
+               again: bool = False) -> None:
+    """Layer tests; ``to_stderr`` keeps stdout for ``build --json --test``'s JSON alone;
+    ``again`` runs layers that passed before with the same inputs too."""
     from matrix.image import engine, testing
 
     matrix = load(stacks_file)
@@ -112,7 +114,8 @@ def test_stack(stacks_file: str, stacks: Any, all_stacks: bool, to_stderr: bool 
     for name in names:
         try:
             testing.run_stack_tests(client, result, name,
-                                    console=make_console(stderr=True) if to_stderr else console)
+                                    console=make_console(stderr=True) if to_stderr else console,
+                                    again=again)
         except UserError as exc:
             if len(names) == 1:
                 raise

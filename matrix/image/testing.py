@@ -8,6 +8,12 @@ passed (all skipped, or none collected) fails the run like a failing test: a lay
 cannot run against its image is not tested. Every run is recorded by the final image's ID
 (:mod:`matrix.image.testrecord`): ``started`` before the first test, then ``passed`` or
 ``failed``, and ``invoke push`` requires the latest run of that image to have passed.
+
+Layers are tested side by side (``LAYER_JOBS`` at a time): a layer's run mostly waits on its
+container (the image's Python importing torch, DeepSpeed compiling an op just in time), and the
+slowest layer alone then sets the run's time. A layer whose tests passed before with exactly the
+same inputs (the layer's image, its test files, the code they import: ``testrecord.layer_key``)
+is reported from that record, marked ``cached``, unless ``again`` is asked for.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 import docker
@@ -40,6 +48,7 @@ class LayerTests:
     skipped: int = 0
     seconds: float = 0.0
     note: str = ""
+    output: str = ""  # the layer run's pytest output when it did not pass
 
     @property
     def ran_nothing(self) -> bool:
@@ -59,6 +68,30 @@ class LayerTests:
 
 
 NO_TESTS = "no tests"  # a layer without test files (a component that has none)
+CACHED = "cached"  # reported from a pass with the same inputs (testrecord.layer_key)
+# Layer runs side by side. Measured on the project's 2-core machine (docs/measurements.md):
+# cpu-tcp's ten layers take as long as its DeepSpeed layer alone.
+LAYER_JOBS = 4
+# Besides a layer's test files, what its tests read: their conftest, and the project's code
+# and data (they import matrix.model and load stacks.yaml).
+TEST_TOOLS = ("pytest", "pytest-testinfra", "docker")
+
+
+def key_inputs(images: Path) -> list[Path]:
+    """The files every layer's test run depends on besides its own test files."""
+    project = [*(ROOT / "matrix").rglob("*.py"), *(ROOT / "matrix").rglob("*.yaml"),
+               ROOT / "stacks.yaml"]
+    return [images / "conftest.py", *(path for path in project if path.is_file())]
+
+
+def tool_versions() -> dict[str, str]:
+    versions = {"python": sys.version}
+    for name in TEST_TOOLS:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = ""
+    return versions
 
 
 def test_files(component: str, images: Path = IMAGES) -> list[Path]:
@@ -78,11 +111,12 @@ def layer_description(plan: Plan, stack: str, layer: Layer) -> dict:
 def run_stack_tests(client: docker.DockerClient, plan: Plan, stack: str,
                     console: Console | None = None,
                     state: Path = testrecord.DEFAULT_STATE_DIR,
-                    images: Path = IMAGES) -> list[LayerTests]:
+                    images: Path = IMAGES, again: bool = False) -> list[LayerTests]:
     """Test every layer of ``stack``; raises :class:`UserError` when any test fails.
 
     The run is recorded for the final image as ``started`` first (so an interrupted run also
-    withdraws an earlier pass), then ``passed`` or ``failed``.
+    withdraws an earlier pass), then ``passed`` or ``failed``. With ``again``, layers whose
+    tests passed with the same inputs run too.
     """
     console = console or Console(highlight=False)
     chain = plan.chain(stack)
@@ -94,7 +128,12 @@ def run_stack_tests(client: docker.DockerClient, plan: Plan, stack: str,
                             "first") from None
     final_id = client.images.get(chain[-1].ref).id
     testrecord.record_start(final_id, stack, state)
-    results = _run_chain(client, plan, stack, chain, console, images)
+    results = _run_chain(client, plan, stack, chain, console, images, state, again)
+    for result in results:
+        if result.output:
+            console.print(f"--- {result.layer.name}: pytest's output", markup=False)
+            console.file.write(result.output)
+            console.file.flush()
     _table(console, stack, results)
     failed = [r for r in results if r.failed]
     empty = [r for r in results if r.ran_nothing]
@@ -111,20 +150,45 @@ def run_stack_tests(client: docker.DockerClient, plan: Plan, stack: str,
 
 
 def _run_chain(client: docker.DockerClient, plan: Plan, stack: str, chain: list[Layer],
-               console: Console, images: Path) -> list[LayerTests]:
-    results = []
+               console: Console, images: Path, state: Path, again: bool) -> list[LayerTests]:
+    """Every layer's result, in the chain's order; the layers that must run run side by side."""
+    results: dict[int, LayerTests] = {}
+    pending = []
+    shared, tools = key_inputs(images), tool_versions()
     for index, layer in enumerate(chain, start=1):
         files = test_files(layer.component, images)
         if not files:
-            results.append(LayerTests(layer, note=NO_TESTS))
+            results[index] = LayerTests(layer, note=NO_TESTS)
             continue
-        console.print(f"[{index}/{len(chain)}] testing {layer.name} ({len(files)} file(s))")
-        result = _run_layer(client, layer, files, layer_description(plan, stack, layer))
-        results.append(result)
-        console.print(f"[{index}/{len(chain)}] {layer.name}: {result.passed} passed, "
-                      f"{result.failed} failed, {result.skipped} skipped "
-                      f"in {result.seconds:.0f} s{' ' + result.note if result.note else ''}")
-    return results
+        description = layer_description(plan, stack, layer)
+        key = testrecord.layer_key(client.images.get(layer.ref).id, description,
+                                   [*files, *shared], tools)
+        before = None if again else testrecord.read_layer_pass(key, state)
+        if before is None:
+            pending.append((index, layer, files, description, key))
+            continue
+        results[index] = LayerTests(layer, passed=before.passed, skipped=before.skipped,
+                                    seconds=before.seconds, note=CACHED)
+        console.print(f"[{index}/{len(chain)}] {layer.name}: {before.passed} passed, "
+                      f"{before.skipped} skipped, {CACHED} (passed at {before.at} with the same "
+                      "image and tests; --again runs it)", markup=False)
+    with ThreadPoolExecutor(max_workers=LAYER_JOBS) as pool:
+        running = {}
+        for index, layer, files, description, key in pending:
+            console.print(f"[{index}/{len(chain)}] testing {layer.name} ({len(files)} file(s))",
+                          markup=False)
+            running[pool.submit(_run_layer, client, layer, files, description)] = (index, key)
+        for future in as_completed(running):
+            index, key = running[future]
+            result = results[index] = future.result()
+            console.print(f"[{index}/{len(chain)}] {result.layer.name}: {result.passed} passed, "
+                          f"{result.failed} failed, {result.skipped} skipped "
+                          f"in {result.seconds:.0f} s{' ' + result.note if result.note else ''}",
+                          markup=False)
+            if result.ok:
+                testrecord.record_layer_pass(key, testrecord.layer_pass_now(
+                    result.layer.name, result.passed, result.skipped, result.seconds), state)
+    return [results[index] for index in sorted(results)]
 
 
 def _run_layer(client: docker.DockerClient, layer: Layer, files: list[Path],
@@ -149,8 +213,7 @@ def _run_layer(client: docker.DockerClient, layer: Layer, files: list[Path],
             if proc.returncode not in (0, 5) and not result.failed:
                 result.failed = 1
             if not result.ok:
-                sys.stdout.write(proc.stdout[-6000:])
-                sys.stderr.write(proc.stderr[-2000:])
+                result.output = proc.stdout[-6000:] + proc.stderr[-2000:]
     finally:
         container.remove(force=True)
     result.seconds = time.monotonic() - started
@@ -176,6 +239,7 @@ def _table(console: Console, stack: str, results: list[LayerTests]) -> None:
         table.add_column(column)
     for r in results:
         verdict = r.note if r.note == NO_TESTS else ("ok" if r.ok else "FAILED")
+        verdict += f" ({CACHED})" if r.note == CACHED else ""
         table.add_row(r.layer.name, str(r.passed), str(r.failed), str(r.skipped),
                       f"{r.seconds:.0f} s", verdict)
     console.print(table)

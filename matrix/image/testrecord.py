@@ -12,14 +12,23 @@ project root), named after the ID's hex digest, e.g.::
 
     .mnp/test-results/3f1c...e9.json
     {"image_id": "sha256:3f1c...e9", "stack": "cpu-tcp", "result": "failed", "at": "..."}
+
+It also keeps each layer's *passing* test runs under ``state_dir/layers/``, keyed by a digest of
+everything the run depends on (:func:`layer_key`: the layer image's ID, what the tests are told
+about the layer, the test files, the code they import, the test tools' versions), as ``go test``
+caches a passing package: the same inputs give the same result, so ``invoke test`` reports such
+a layer from its record instead of running it again (``--again`` runs it anyway). A failure is
+never kept, so a failing layer always runs again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import tempfile
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -69,9 +78,17 @@ def record_run(image_id: str, stack: str, result: str,
     """
     if result not in RESULTS:
         raise ValueError(f"test result {result!r} is not one of {RESULTS}")
-    path = _record_path(image_id, state_dir)
-    record = TestRecord(image_id=image_id, stack=stack, result=result,
-                        at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    record = TestRecord(image_id=image_id, stack=stack, result=result, at=_now())
+    _write(_record_path(image_id, state_dir), asdict(record), state_dir)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _write(path: Path, data: dict, state_dir: Path) -> None:
+    """Write ``data`` as JSON atomically (temporary file + rename), so a concurrent reader never
+    sees a half-written record; a state folder that cannot be written is one UserError."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
@@ -80,7 +97,7 @@ def record_run(image_id: str, stack: str, result: str,
                         "(it must be a folder; move away what is there)") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(asdict(record), handle, indent=2)
+            json.dump(data, handle, indent=2)
             handle.write("\n")
         os.replace(tmp, path)
     except BaseException:
@@ -126,3 +143,50 @@ def has_passed(image_id: str, state_dir: Path = DEFAULT_STATE_DIR) -> bool:
     """True when the latest recorded test run of the exact image ``image_id`` passed."""
     record = read_record(image_id, state_dir)
     return record is not None and record.passed
+
+
+# --- layer passes ---------------------------------------------------------------------------------
+
+LAYERS = "layers"
+
+
+@dataclass(frozen=True)
+class LayerPass:
+    """A passing run of one layer's tests: its counts and when it ran."""
+
+    layer: str
+    passed: int
+    skipped: int
+    seconds: float
+    at: str
+
+
+def layer_key(image_id: str, description: dict, files: Iterable[Path], tools: dict) -> str:
+    """The digest of everything a layer's test run depends on: the image ID of the layer's own
+    image, the description its tests are given, the bytes of ``files`` (its test files, their
+    conftest, the project code they import) and ``tools`` (the versions that run them)."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps({"image": image_id, "layer": description, "tools": tools},
+                             sort_keys=True).encode())
+    for path in sorted(files):
+        digest.update(f"\0{path.name}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def record_layer_pass(key: str, result: LayerPass, state_dir: Path = DEFAULT_STATE_DIR) -> None:
+    _write(Path(state_dir) / LAYERS / f"{key}.json", asdict(result), state_dir)
+
+
+def read_layer_pass(key: str, state_dir: Path = DEFAULT_STATE_DIR) -> LayerPass | None:
+    """The recorded pass for ``key``, or None (none, or unreadable: the layer then runs)."""
+    try:
+        data = json.loads((Path(state_dir) / LAYERS / f"{key}.json").read_text(encoding="utf-8"))
+        return LayerPass(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def layer_pass_now(layer: str, passed: int, skipped: int, seconds: float) -> LayerPass:
+    return LayerPass(layer=layer, passed=passed, skipped=skipped, seconds=round(seconds, 1),
+                     at=_now())

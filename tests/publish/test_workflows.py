@@ -89,7 +89,7 @@ def test_each_way_to_stop_a_check_gating_is_reported(edit, why):
     if edit == "unit pytest || true":
         unit_step["run"] += " || true"
     elif edit == "unit pytest piped to tee":  # bash -e without pipefail: tee's 0 wins
-        unit_step["run"] += " | tee pytest.log"
+        unit_step["run"] += " | tee /dev/null"
     elif edit == "slow continue-on-error":
         jobs["slow"]["continue-on-error"] = True
     elif edit == "cpu-tcp echo invoke test":
