@@ -167,6 +167,63 @@ def test_invoke_run_passes_node_output_through_a_pipe_unchanged(cpu_tcp_image):
                                              rb"mnp-rehearsal-\w+ \(attempt 1\)", first), first
 
 
+def read_until_eof(fd, bound_s=600):
+    """Everything written to a pty's master until every writer closed the slave (Linux reads
+    EIO then); ``bound_s`` only keeps a hung rehearsal from hanging the suite."""
+    import select
+    data = b""
+    while select.select([fd], [], [], bound_s)[0]:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the slave side is closed
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+@pytest.mark.slow
+def test_invoke_run_passes_node_output_to_a_terminal_unchanged(cpu_tcp_image):
+    """Issue 31, the terminal half: Rich behaves differently when stdout is a TTY (it reads
+    markup, folds at the terminal's width, styles), so ``invoke run`` runs with stdin, stdout
+    and stderr on a pseudo-terminal 40 columns wide. The slave is raw (``tty.setraw``: no
+    "\n" -> "\r\n"), so what arrives on the master is what ``invoke run`` wrote: the node's
+    bytes unchanged, the rehearsal's own lines whole, and the job's status as its own."""
+    import base64
+    import fcntl
+    import struct
+    import termios
+    import tty
+    command = ["sh", "-c", f"echo {base64.b64encode(PAYLOAD).decode()} | base64 -d; exit 3"]
+    master, slave = os.openpty()
+    try:
+        tty.setraw(slave)
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 40, 0, 0))
+        env = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
+        proc = subprocess.Popen([sys.executable, "-m", "invoke", "run", "--stack", "cpu-tcp",
+                                 "--nodes", "2", "--env", "MNP_LAUNCHER=none", "--env",
+                                 "MNP_HEALTH=off", "--", *command], cwd=ROOT, env=env,
+                                stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+        os.close(slave)
+        slave = None
+        received = read_until_eof(master)
+        status = proc.wait(timeout=60)
+    finally:
+        os.close(master)
+        if slave is not None:
+            os.close(slave)
+    assert status == 3, received[-3000:]  # the job's status (the main node's), as documented
+    assert PAYLOAD in received, received[-3000:]
+    lines = received.split(b"\n")
+    (attempt,) = [line for line in lines if line.startswith(b"attempt ")]
+    assert attempt.startswith(b"attempt 1/1: exit 3 (user on node 0)"), attempt
+    # the rehearsal's own lines whole, wider than the terminal, with no style added
+    (first,) = [line for line in lines if line.startswith(b"rehearsal ")]
+    assert re.fullmatch(rb"rehearsal \w+: 2 node\(s\) of \S+ on network "
+                        rb"mnp-rehearsal-\w+ \(attempt 1\)", first), first
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("rate", ["2mbit", "20mbit"])
 def test_a_very_slow_node_is_named_within_the_probes_bound(docker_client, cluster_image,
