@@ -53,3 +53,37 @@ def test_every_layer_with_a_passing_test_passes(docker_client, project):
         ("alpha 1.0", 1, True), ("beta 1.0", 1, True), ("gamma 1.0", 1, True)]
     image_id = docker_client.images.get(result.final_ref("one")).id
     assert testrecord.read_record(image_id, project["state"] / "test-results").result == "passed"
+
+
+def test_a_layer_that_passed_with_the_same_inputs_is_reported_from_its_record(docker_client,
+                                                                               project):
+    """A pass is kept per layer under a digest of its inputs: the second run runs nothing that
+    passed, a changed test file runs its layer again, a failure is never kept, and ``again``
+    runs everything."""
+    layer_tests(project, alpha=PASSES, beta=PASSES, gamma=PASSES)
+    result, _ = run_build(docker_client, project, ["one"])
+    first = run_tests(docker_client, project, result)
+    assert [r.note for r in first][:3] == ["", "", ""]
+
+    second = run_tests(docker_client, project, result)
+    assert [(r.layer.name, r.passed, r.note) for r in second][:3] == [
+        ("alpha 1.0", 1, testing.CACHED), ("beta 1.0", 1, testing.CACHED),
+        ("gamma 1.0", 1, testing.CACHED)]
+    image_id = docker_client.images.get(result.final_ref("one")).id
+    assert testrecord.read_record(image_id, project["state"] / "test-results").result == "passed"
+
+    failing = "def test_marker(host):\n    assert not host.file('/layer-beta').exists\n"
+    (project["images"] / "beta" / "test_beta.py").write_text(failing)
+    for _ in range(2):  # the failure is not kept: beta runs, and fails, each time
+        with pytest.raises(UserError, match=r"tests failed in beta 1\.0"):
+            run_tests(docker_client, project, result)
+    assert testrecord.read_record(image_id, project["state"] / "test-results").result == "failed"
+
+    layer_tests(project, beta=PASSES)  # back to the test that passed: its record counts again
+    third = run_tests(docker_client, project, result)
+    assert [r.note for r in third][:3] == [testing.CACHED] * 3
+    again = testing.run_stack_tests(docker_client, result, "one",
+                                    Console(file=io.StringIO(), width=200),
+                                    project["state"] / "test-results",
+                                    images=project["images"], again=True)
+    assert [(r.passed, r.note) for r in again][:3] == [(1, "")] * 3

@@ -146,6 +146,15 @@ def test_ci_runs_the_readme_test_command_as_written():
 
 FAST = [e for e in EXAMPLES if without_comment(e) not in CI_RUNS and not needs_image(e)]
 WITH_IMAGE = [e for e in EXAMPLES if without_comment(e) not in CI_RUNS and needs_image(e)]
+# The examples that run cpu-tcp's layer tests share a worker with tests/test_cpu_tcp.py's run of
+# them: one after the other, the first runs them and the others are reported from its record
+# (matrix/image/testing.py), instead of three runs of DeepSpeed's JIT build side by side.
+LAYER_TESTS_GROUP = pytest.mark.xdist_group("cpu-tcp layer tests")
+
+
+def with_image(command: str):  # noqa: ANN201 (a pytest parameter set)
+    runs_layer_tests = re.search(r"invoke test\b|--test\b", without_comment(command))
+    return pytest.param(command, marks=[LAYER_TESTS_GROUP] if runs_layer_tests else [])
 
 
 def ids(commands: list[str]) -> list[str]:
@@ -162,7 +171,7 @@ def test_example(command):
 
 @pytest.mark.docker
 @pytest.mark.slow
-@pytest.mark.parametrize("command", WITH_IMAGE, ids=ids(WITH_IMAGE))
+@pytest.mark.parametrize("command", [with_image(c) for c in WITH_IMAGE], ids=ids(WITH_IMAGE))
 def test_example_with_the_cpu_tcp_image(command, cpu_tcp_image):
     proc = run(command)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
