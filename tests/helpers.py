@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import subprocess
+from functools import cache
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from matrix.model.entities import Base, ComponentVersion, Stack
+from matrix.model.settings import ROOT
 
 DEBIAN = Base(name="debian-12", image="debian:bookworm", os="debian12",
               provides={"debian": "12", "python": "3.11.2"})
@@ -19,6 +25,17 @@ def make_stack(layers: dict[str, str], provides: dict[str, str] | None = None,
                 for c, v in layers.items())
     return Stack(name=name, description="test", base=base, layers=cvs, instances=instances,
                  fabric="tcp", where=f"stacks.yaml:{name}")
+
+
+@cache
+def _stacks_yaml() -> dict[str, Any]:
+    # libyaml's loader: test modules read this file as they are imported, once per collection
+    return yaml.load((ROOT / "stacks.yaml").read_text(encoding="utf-8"), Loader=yaml.CSafeLoader)
+
+
+def stacks_yaml() -> dict[str, Any]:
+    """stacks.yaml as plain data: a copy of its one parse in this process, the caller's own."""
+    return copy.deepcopy(_stacks_yaml())
 
 
 def write(path: Path, text: str) -> Path:

@@ -19,10 +19,11 @@ import yaml
 
 from matrix.cli.options import command_after_dashdash, integer
 from matrix.errors import UserError
+from tests.helpers import stacks_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
-STACKS_DATA = yaml.safe_load((ROOT / "stacks.yaml").read_text(encoding="utf-8"))["stacks"]
+STACKS_DATA = stacks_yaml()["stacks"]
 ALL_STACKS = list(STACKS_DATA)
 # Images of the default stack: one per declared layer plus the label-only stack layer.
 CPU_TCP_IMAGES = len(STACKS_DATA["cpu-tcp"]["layers"]) + 1
@@ -323,7 +324,7 @@ def test_matrix_says_which_stacks_it_leaves_out_and_why(tmp_path):
                            "have no sha256 pin (`download`) in the stacks file, so their layers "
                            "fail closed)\n")
     # a runner does not put a stack CI cannot build into the matrix; no runner is a reason too
-    data = yaml.safe_load((ROOT / "stacks.yaml").read_text(encoding="utf-8"))
+    data = stacks_yaml()
     data["stacks"]["synapseai1.6-efa"]["ci"] = {"runner": "ubuntu-22.04"}
     del data["stacks"]["cpu-mpi"]["ci"]
     (tmp_path / "stacks.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from matrix.image.plan import plan
 from matrix.model.loader import load_matrix
 from matrix.model.rules import check_stack
+from tests.helpers import stacks_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = yaml.safe_load((ROOT / "stacks.yaml").read_text(encoding="utf-8"))
+DATA = stacks_yaml()
 GENERATED = ROOT / "images" / "generated"
 STACK = "cuda13.2-efa1.51"
 

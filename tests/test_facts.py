@@ -6,14 +6,12 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-import yaml
-
 from matrix.model.loader import load_matrix
 from matrix.model.rules import blocking, check_stack
-from tests.helpers import make_stack
+from tests.helpers import make_stack, stacks_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = yaml.safe_load((ROOT / "stacks.yaml").read_text(encoding="utf-8"))
+DATA = stacks_yaml()
 GENERATED = ROOT / "images" / "generated"
 DS_COMMIT = "8385a1fb4a6e436ae2db6aab47becae1d130e2ac"
 

@@ -17,11 +17,12 @@ import pytest
 import yaml
 
 from matrix.errors import EXIT_CANNOT, EXIT_USAGE
+from tests.helpers import stacks_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 COMMAND = BIN / "mnp-stacks"
-STACKS = yaml.safe_load((ROOT / "stacks.yaml").read_text(encoding="utf-8"))
+STACKS = stacks_yaml()
 VERSION = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"),
                     re.M).group(1)
 

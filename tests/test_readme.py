@@ -22,9 +22,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers import stacks_yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-STACKS = yaml.safe_load((ROOT / "stacks.yaml").read_text(encoding="utf-8"))["stacks"]
+STACKS = stacks_yaml()["stacks"]
 BLOCK = re.compile(r"^(?P<indent>[ \t]*)```sh\n(?P<body>.*?)^(?P=indent)```", re.M | re.S)
 CI_ONLY = "./dev invoke check"
 CI_RUNS = (CI_ONLY, "invoke check")  # the whole suite: .ci/run runs it (the first, verbatim)
