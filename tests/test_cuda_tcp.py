@@ -4,8 +4,9 @@ pre-built ops), no apt caches in any layer, size within budget, and no filesyste
 2 GB in `docker history` (before the PyTorch wheel split one was 5.6 GB).
 
 CI builds it in every run: measured on the 2-core machine, a cold build takes 325 s and its layer
-tests about 2 minutes, so a clean-clone CI run stays far under its 45-minute limit (README,
-"Tests"). Cached layers (same content tags) are reused, as for cpu-tcp.
+tests about 2 minutes, so a clean-clone CI run stays far under its 45-minute limit
+(docs/workflows.md, "What runs on a pull request"). Cached layers (same content tags) are
+reused, as for cpu-tcp.
 """
 
 from __future__ import annotations

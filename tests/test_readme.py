@@ -141,6 +141,37 @@ def test_the_readme_examples_are_found():
     assert not unchecked, f"README examples without an expected output here: {unchecked}"
 
 
+README_MAX_LINES = 600  # issue 36: a manual; reference tables and dated runs live in docs/
+DOC_LINK = re.compile(r"\]\((docs/[^)#\s]+\.md)(?:#([^)\s]+))?\)")
+
+
+def test_the_readme_is_a_manual_of_at_most_600_lines():
+    """Reference tables and run logs go to docs/ (settings: docs/entrypoint.md; which CI job runs
+    what: docs/workflows.md; dated runs: docs/measurements.md), so the README stays a manual."""
+    lines = len(README.splitlines())
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines, at most {README_MAX_LINES}"
+
+
+def github_anchor(heading: str) -> str:
+    """The fragment GitHub gives a Markdown heading: lower case, punctuation but ``-`` and ``_``
+    dropped, spaces as ``-``."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_docs_link_in_the_readme_reaches_its_section():
+    """What moved out of the README is one link away: each ``docs/*.md#anchor`` names a file
+    and a heading that exist."""
+    links = DOC_LINK.findall(README)
+    assert ("docs/entrypoint.md", "settings") in links
+    for path, fragment in links:
+        doc = ROOT / path
+        assert doc.is_file(), path
+        if fragment:
+            anchors = {github_anchor(line.lstrip("#")) for line in
+                       doc.read_text(encoding="utf-8").splitlines() if line.startswith("#")}
+            assert fragment in anchors, f"README.md links {path}#{fragment}: no such heading"
+
+
 def test_ci_runs_the_readme_test_command_as_written():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert f"exec {CI_ONLY}\n" in ci

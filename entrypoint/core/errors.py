@@ -22,7 +22,6 @@ here and never repeat a number. No imports: every module can raise these errors.
 """
 
 # -- the codes -------------------------------------------------------------------------------------
-SUCCESS_EXIT = 0
 # The convention for a command used wrongly (POSIX utilities, bash's builtins, Python's argparse):
 # the entrypoint's configuration errors have exited 2 since the first release.
 CONFIGURATION_EXIT = 2

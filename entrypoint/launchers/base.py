@@ -13,7 +13,11 @@ The container command is the user's program as they would hand it to the launche
 
 import os
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ..core.nodes import NodeInfo
+from ..probe.facts import NodeFacts
+from ..schedulers.base import Elastic, NodeTable
 
 PYTHON_RE = re.compile(r"^python(\d+(\.\d+)*)?$")
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -53,39 +57,90 @@ NODE_SPECIFIC_PREFIXES = ("OMPI_", "PMIX_", "SLURM_", "SLURMD_")
 
 
 class LaunchRequest(object):
-    """Everything a unit's command line depends on, typed, from the plan.
+    """Everything a unit's command line depends on, from the plan: a read-only record, built once
+    with every field known (``replace`` gives a changed copy), whose equality and JSON form
+    (``to_dict``/``from_dict``) read every field of ``FIELDS``.
 
     ``command``: the user's program; ``table``: the node table (``NodeInfo`` rows); ``node_index``:
     this node's; ``slots``: processes per node; ``np``: processes in all; ``master``: node 0's
     address and ``MNP_MASTER_PORT``; ``scheduler_master``: the master address and port the
-    scheduler gives (``master`` where it gives none); ``elastic``: the scheduler's elastic
-    rendezvous (``schedulers.base.Elastic``) for a peer, else None; ``hostfile``: the Open MPI
-    hostfile's path ("" where the scheduler's hosts are used); ``exports``: the names every rank
-    gets; ``launcher_args``: ``MNP_LAUNCHER_ARGS`` as the unit receives them; ``environment``: the
+    scheduler gives (``master`` where it gives none); ``hostfile``: the Open MPI hostfile's path
+    ("" where the scheduler's hosts are used); ``exports``: the names every rank gets;
+    ``launcher_args``: ``MNP_LAUNCHER_ARGS`` as the unit receives them; ``environment``: the
     command's full environment; ``user_env``: the user's own; ``facts``: the node's facts;
-    ``settings``: the entrypoint's settings (a unit reads its own, e.g. DeepSpeed's runner)."""
+    ``mode``: this node's role (``main``, ``child``, ``launcher``, ``single``, ...);
+    ``rendezvous``: whether the entrypoints wire the nodes; ``state_dir``: ``MNP_STATE_DIR``;
+    ``node``: the scheduler's ``NodeTable`` (None without one); ``options``: the unit's own
+    settings (``Unit.options``), by variable name; ``elastic``: the scheduler's elastic
+    rendezvous (``schedulers.base.Elastic``) for a peer, else None."""
 
-    def __init__(self, command: Sequence[str], table: Sequence[Any], node_index: int,
+    FIELDS = ("command", "table", "node_index", "slots", "np", "master", "scheduler_master",
+              "hostfile", "exports", "launcher_args", "environment", "user_env", "facts", "mode",
+              "rendezvous", "state_dir", "node", "options", "elastic")
+    __slots__ = FIELDS
+
+    def __init__(self, command: Sequence[str], table: Sequence[NodeInfo], node_index: int,
                  slots: int, np: int, master: Tuple[str, int],
                  scheduler_master: Tuple[str, int], hostfile: str, exports: Sequence[str],
-                 launcher_args: Sequence[str], environment: Dict[str, str],
-                 user_env: Dict[str, str], facts: Any, settings: Any,
-                 elastic: Optional[Any] = None) -> None:
-        self.command = list(command)
-        self.table = list(table)
-        self.node_index = node_index
-        self.slots = slots
-        self.np = np
-        self.master = master
-        self.scheduler_master = scheduler_master
-        self.elastic = elastic
-        self.hostfile = hostfile
-        self.exports = list(exports)
-        self.launcher_args = list(launcher_args)
-        self.environment = environment
-        self.user_env = user_env
-        self.facts = facts
-        self.settings = settings
+                 launcher_args: Sequence[str], environment: Mapping[str, str],
+                 user_env: Mapping[str, str], facts: NodeFacts, mode: str, rendezvous: bool,
+                 state_dir: str, node: Optional[NodeTable], options: Mapping[str, Any],
+                 elastic: Optional[Elastic] = None) -> None:
+        values = {
+            "command": list(command), "table": [NodeInfo(*row) for row in table],
+            "node_index": node_index, "slots": slots, "np": np, "master": tuple(master),
+            "scheduler_master": tuple(scheduler_master), "hostfile": hostfile,
+            "exports": list(exports), "launcher_args": list(launcher_args),
+            "environment": dict(environment), "user_env": dict(user_env), "facts": facts,
+            "mode": mode, "rendezvous": bool(rendezvous), "state_dir": state_dir, "node": node,
+            "options": dict(options), "elastic": elastic}
+        for name in self.FIELDS:
+            object.__setattr__(self, name, values[name])
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("LaunchRequest is read-only (%s): make a new one with replace()"
+                             % name)
+
+    def replace(self, **changes: Any) -> "LaunchRequest":
+        """A copy with ``changes`` (field -> value)."""
+        unknown = set(changes) - set(self.FIELDS)
+        if unknown:
+            raise TypeError("LaunchRequest has no field %s" % ", ".join(sorted(unknown)))
+        values = dict((name, getattr(self, name)) for name in self.FIELDS)
+        values.update(changes)
+        return LaunchRequest(**values)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Every field, as JSON takes it (records as their own ``to_dict``)."""
+        out = dict((name, getattr(self, name)) for name in self.FIELDS)
+        out["table"] = [list(row) for row in self.table]
+        out["master"], out["scheduler_master"] = list(self.master), list(self.scheduler_master)
+        out["facts"] = self.facts.to_dict()
+        for name in ("node", "elastic"):
+            record = getattr(self, name)
+            out[name] = None if record is None else record.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "LaunchRequest":
+        """The request ``to_dict`` gave (after a JSON round trip too); a missing or unknown key
+        is an error."""
+        if set(data) != set(cls.FIELDS):
+            raise ValueError("LaunchRequest fields: missing %s, unknown %s" % (
+                sorted(set(cls.FIELDS) - set(data)), sorted(set(data) - set(cls.FIELDS))))
+        values = dict(data)
+        values["facts"] = NodeFacts(**data["facts"])
+        values["node"] = None if data["node"] is None else NodeTable.from_dict(data["node"])
+        values["elastic"] = None if data["elastic"] is None else Elastic.from_dict(data["elastic"])
+        return cls(**values)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self.to_dict() == other.to_dict()  # type: ignore
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None  # type: ignore  # equal by value, and its lists and dicts are not hashable
 
 
 class Launch(object):
@@ -123,6 +178,8 @@ class Unit(object):
     joins_elastic = False
     programs = ()  # type: Tuple[str, ...]
     modules = ()  # type: Tuple[str, ...]
+    # the ``MNP_*`` settings of this unit's own (``launch`` reads them in ``request.options``)
+    options = ()  # type: Tuple[str, ...]
 
     def to_dict(self) -> Dict[str, Any]:
         return {"name": self.name, "needs_ssh": self.needs_ssh, "on_children": self.on_children,
@@ -136,8 +193,10 @@ class Unit(object):
         """Change the command's environment before the start (in place); returns notes."""
         return []
 
-    def uses_mpi(self, request: LaunchRequest) -> bool:
-        """Whether Open MPI's mpirun starts the ranks (the plan then sets the MPI parameters)."""
+    def uses_mpi(self, facts: NodeFacts, options: Mapping[str, Any], rendezvous: bool) -> bool:
+        """Whether Open MPI's mpirun starts the ranks (the plan then sets the MPI parameters,
+        before the request is made): from the node's facts, the unit's ``options`` and whether
+        the entrypoints wire the nodes."""
         return False
 
     def mpi_findings(self, params: Sequence[Any]) -> Tuple[List[str], List[str]]:

@@ -14,9 +14,10 @@ DeepSpeed's own hostfile (``host slots=N``) from the scheduler's hosts as a plan
 import os
 import re
 import shlex
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..core import versions
+from ..probe.facts import NodeFacts
 from . import mca
 from .base import Launch, LaunchRequest, Unit, program_tail
 
@@ -50,16 +51,17 @@ class DeepSpeed(Unit):
     reaches_hosts = True
     programs = ("deepspeed",)
     modules = ("deepspeed.launcher.runner",)
+    options = ("MNP_DEEPSPEED_LAUNCHER",)
 
-    def uses_mpi(self, request: LaunchRequest) -> bool:
-        return runner(request.settings, request.facts)[0] == "openmpi"
+    def uses_mpi(self, facts: NodeFacts, options: Mapping[str, Any], rendezvous: bool) -> bool:
+        return runner(options, facts)[0] == "openmpi"
 
     def mpi_findings(self, params: Sequence[Any]) -> Tuple[List[str], List[str]]:
         return mca.runner_conflicts(params)
 
     def launch(self, request: LaunchRequest) -> Launch:
-        facts, settings = request.facts, request.settings
-        chosen, why = runner(settings, facts)
+        facts = request.facts
+        chosen, why = runner(request.options, facts)
         launch = Launch([])
         launch.info.update(runner=chosen, runner_why=why)
         launch.problems.extend(missing_programs(chosen, facts))
@@ -74,12 +76,12 @@ class DeepSpeed(Unit):
             "python3", "-m", "deepspeed.launcher.runner"]
         # the runner's own `ssh <first host> hostname` check reads none of the job's SSH
         # settings: skipped on one node and where the entrypoints wired a scheduler's nodes
-        wired = settings.node is not None and settings.node.wired_because
+        wired = request.node is not None and request.node.wired_because
         extra = (no_ssh_check(facts.versions.get("deepspeed"))
-                 if settings.mode == "single" or wired else _operator_ssh(launch, request, chosen))
-        address, _port = request.master
+                 if request.mode == "single" or wired else _operator_ssh(launch, request, chosen))
+        address, port = request.master
         launch.argv = command_line(prefix, request.command, hostfile, chosen, address,
-                                   settings.master_port, " ".join(shlex.quote(a) for a in args),
+                                   port, " ".join(shlex.quote(a) for a in args),
                                    extra)
         return launch
 
@@ -87,11 +89,12 @@ class DeepSpeed(Unit):
 UNIT = DeepSpeed()
 
 
-def runner(settings: Any, facts: Any) -> Tuple[str, str]:
-    """DeepSpeed's runner and why: ``MNP_DEEPSPEED_LAUNCHER``, else pdsh when installed, else
-    openmpi."""
-    chosen = settings.deepspeed_launcher or ("pdsh" if facts.binaries.get("pdsh") else "openmpi")
-    why = ("MNP_DEEPSPEED_LAUNCHER" if settings.deepspeed_launcher else
+def runner(options: Mapping[str, Any], facts: NodeFacts) -> Tuple[str, str]:
+    """DeepSpeed's runner and why: ``MNP_DEEPSPEED_LAUNCHER`` (in the unit's ``options``), else
+    pdsh when installed, else openmpi."""
+    given = options.get("MNP_DEEPSPEED_LAUNCHER")
+    chosen = given or ("pdsh" if facts.binaries.get("pdsh") else "openmpi")
+    why = ("MNP_DEEPSPEED_LAUNCHER" if given else
            "pdsh is installed" if chosen == "pdsh" else "pdsh is not installed")
     return chosen, why
 
@@ -111,7 +114,7 @@ def missing_programs(chosen: str, facts: Any) -> List[str]:
 def _env_file(launch: Launch, request: LaunchRequest) -> None:
     """The exported variables in DeepSpeed's env file, so its runner passes them to every node."""
     facts, env = request.facts, request.environment
-    target, via = env_target(facts.versions.get("deepspeed"), request.settings.state_dir,
+    target, via = env_target(facts.versions.get("deepspeed"), request.state_dir,
                              facts.home, request.user_env)
     launch.info["env_propagation"] = via
     if not target:
@@ -138,13 +141,12 @@ def _scheduler_hostfile(launch: Launch, request: LaunchRequest) -> str:
     ``slots=<slotsPerWorker>``); where they count Slurm tasks (a batch script's allocation often
     has one task per node for DeepSpeed) this node's devices, ``MNP_SLOTS_PER_NODE`` or detected:
     DeepSpeed starts one process per slot."""
-    settings = request.settings
-    if request.hostfile or settings.mode != "launcher":
+    if request.hostfile or request.mode != "launcher":
         return ""
-    node = settings.node
+    node = request.node
     tasks = node is not None and node.slots_are == "tasks"
     rows = sorted(request.table, key=lambda n: n.index)
-    path = os.path.join(settings.state_dir, HOSTFILE)
+    path = os.path.join(request.state_dir, HOSTFILE)
     content = "".join("%s slots=%d\n" % (n.address, request.slots if tasks else n.slots)
                       for n in rows)
     source = ("this node's devices (%d), not the scheduler's tasks per node" % request.slots
@@ -165,8 +167,8 @@ def _operator_ssh(launch: Launch, request: LaunchRequest, chosen: str) -> List[s
     the operator's keys, host keys each worker makes at start): pdsh's ssh gets the same options
     (``PDSH_SSH_ARGS_APPEND``), and the runner's own ``ssh <first host> hostname`` check, which
     reads none of them, is skipped (``--no_ssh_check``, DeepSpeed >= 0.6.5)."""
-    node = request.settings.node
-    if request.settings.mode != "launcher" or node is None or node.launcher_ssh is None:
+    node = request.node
+    if request.mode != "launcher" or node is None or node.launcher_ssh is None:
         return []
     ssh = node.launcher_ssh
     if chosen == "pdsh" and "PDSH_SSH_ARGS_APPEND" not in request.user_env:

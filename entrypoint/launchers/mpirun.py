@@ -12,8 +12,9 @@ mpirun's ``ssh`` through ``OMPI_MCA_plm_rsh_args=-F <ssh_config>``. ``--tag-outp
 every line with the rank that wrote it. A program ending in ``.py`` gets ``python3`` in front.
 """
 
-from typing import List, Sequence
+from typing import Any, List, Mapping, Sequence
 
+from ..probe.facts import NodeFacts
 from .base import Launch, LaunchRequest, Unit, python_program
 
 SOURCE = "https://www.open-mpi.org/doc/v4.1/man1/mpirun.1.php (-x, --hostfile)"
@@ -31,7 +32,7 @@ class Mpirun(Unit):
     reaches_hosts = True
     programs = ("mpirun", "mpiexec")
 
-    def uses_mpi(self, request: LaunchRequest) -> bool:
+    def uses_mpi(self, facts: NodeFacts, options: Mapping[str, Any], rendezvous: bool) -> bool:
         return True
 
     def launch(self, request: LaunchRequest) -> Launch:

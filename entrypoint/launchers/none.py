@@ -3,6 +3,9 @@
 Hostfiles, SSH and the ``MNP_*`` variables are ready for a script that calls a launcher itself.
 """
 
+from typing import Any, Mapping
+
+from ..probe.facts import NodeFacts
 from .base import Launch, LaunchRequest, Unit
 
 SOURCE = "this project: the command runs as is on the main node"
@@ -18,9 +21,9 @@ class AsIs(Unit):
     starts_without_ssh = True  # where a scheduler started one per node, each runs the command
     reaches_hosts = True  # a launcher role's script may start ranks itself
 
-    def uses_mpi(self, request: LaunchRequest) -> bool:
+    def uses_mpi(self, facts: NodeFacts, options: Mapping[str, Any], rendezvous: bool) -> bool:
         """A script run as is on Batch's wired nodes may call mpirun itself."""
-        return bool(request.settings.rendezvous)
+        return bool(rendezvous)
 
     def launch(self, request: LaunchRequest) -> Launch:
         return Launch(list(request.command))

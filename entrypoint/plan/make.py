@@ -19,6 +19,7 @@ from .. import launchers
 from ..core.nodes import NodeInfo
 from ..launchers import base, mpi
 from ..probe import driver, fabric, health, preflight
+from ..settings import config
 from . import checks, hostfile, roles
 from . import env as planenv
 from .record import PLAN_VERSION, Plan, redact, redact_lines  # noqa: F401 (the plan's record)
@@ -92,21 +93,22 @@ def make_plan(cfg, facts, command, user_env, table=None, hostfiles=None):
         checks.duplicate_addresses(plan, table)
     hostfile_path = _hostfile_path(cfg, hostfiles)
     roles.launcher_ssh(env, cfg, user_env)
-    request = base.LaunchRequest(command, table, cfg.node_index, count, np,
-                                 (master, cfg.master_port), roles.master(cfg, master),
-                                 hostfile_path, [], cfg.launcher_args, {}, user_env, facts, cfg,
-                                 cfg.node.elastic if cfg.node is not None else None)
-    if unit.uses_mpi(request):
-        request.launcher_args = mpi.apply(plan, env, unit, facts.interface, user_env,
-                                          cfg.launcher_args, hostfile_path if hostfiles else None)
+    options = unit_options(cfg, unit)
+    launcher_args = cfg.launcher_args
+    if unit.uses_mpi(facts, options, cfg.rendezvous):
+        launcher_args = mpi.apply(plan, env, unit, facts.interface, user_env, cfg.launcher_args,
+                                  hostfile_path if hostfiles else None)
     full, kept = planenv.merge(user_env, env)
     driver.apply(plan, env, full, facts, getattr(cfg, "driver_check", "on"))  # issue 33
     plan.kept.extend(kept)
     plan.notes.extend(unit.prepare_environment(full))
-    request.environment = full
     _drop_task_env(plan, cfg, full)
-    request.exports = base.export_names(full, cfg.export_env)
-    _launch(plan, cfg, env, unit, request, table)
+    request = base.LaunchRequest(
+        command, table, cfg.node_index, count, np, (master, cfg.master_port),
+        roles.master(cfg, master), hostfile_path, base.export_names(full, cfg.export_env),
+        launcher_args, full, user_env, facts, cfg.mode, cfg.rendezvous, cfg.state_dir, cfg.node,
+        options, cfg.node.elastic if cfg.node is not None else None)
+    _launch(plan, cfg, env, unit, request, table, full)
     _children(plan, cfg, facts, unit, table, need_ssh, command)
     plan.environment = full
     # what the entrypoint sets and the user did not override (those are listed in ``kept``)
@@ -150,8 +152,19 @@ def _hostfile_path(cfg, hostfiles):
     return hostfiles["openmpi"] if hostfiles else os.path.join(cfg.state_dir, "hostfile")
 
 
-def _launch(plan, cfg, env, unit, request, table):
-    """The unit's argv and what comes with it, on the nodes that start a launcher."""
+def unit_options(cfg, unit):
+    """The unit's own settings (``Unit.options``), by variable name, as ``cfg`` holds them."""
+    fields = dict((setting.name, setting.field) for setting in config.TABLE)
+    unknown = [name for name in unit.options if not fields.get(name)]
+    if unknown:
+        raise ValueError("launcher unit %s: options %s are not settings of settings/config.py"
+                         % (unit.name, ", ".join(unknown)))
+    return dict((name, getattr(cfg, fields[name])) for name in unit.options)
+
+
+def _launch(plan, cfg, env, unit, request, table, full):
+    """The unit's argv and what comes with it, on the nodes that start a launcher; what it sets
+    for the command goes into ``full``, the command's environment."""
     if cfg.mode == "child" and unit.needs_ssh and cfg.rendezvous:
         return  # the main node's launcher reaches this node over SSH
     launch = unit.launch(request)
@@ -161,7 +174,7 @@ def _launch(plan, cfg, env, unit, request, table):
     plan.files.extend(launch.files)
     plan.launcher.update(launch.info)
     for name, (value, reason, source) in sorted(launch.environment.items()):
-        request.environment[name] = value
+        full[name] = value
         if name not in request.user_env:
             env.set(name, value, reason, source)
     if cfg.rendezvous or cfg.mode == "single":

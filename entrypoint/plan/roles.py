@@ -29,11 +29,6 @@ from ..core.nodes import NodeInfo
 from ..schedulers import torchenv
 
 
-def scheduled(cfg: Any) -> bool:
-    """True when a scheduler other than Batch placed this node among others (no rendezvous)."""
-    return cfg.mode in ("main", "child") and not cfg.rendezvous
-
-
 def requested(plan: Any, cfg: Any, count: int, command: List[str] = ()) -> str:
     """The launcher this role runs: ``MNP_LAUNCHER`` where it can work there, else the role's
     own; what cannot work is a plan problem naming the scheduler's way to do it. A command that

@@ -5,7 +5,9 @@ aws-ofi-nccl plugin cannot be loaded (a missing library), NCCL falls back to its
 the job runs at a fraction of its speed (https://github.com/NVIDIA/nccl/issues/959,
 https://github.com/aws/aws-ofi-nccl/issues/803). Each node runs the checks after probing and
 before sshd, the rendezvous or the launcher; a failure is one line naming what is missing and
-exit 1. The dry run (``MNP_DRY_RUN``) lists the checks as plan lines and runs none of them.
+the infrastructure exit code (200), or the configuration one (2) when the image has no plugin to
+load (``run.main.Runner.check_preflight``). The dry run (``MNP_DRY_RUN``) lists the checks as
+plan lines and runs none of them.
 
 Checks (``checks``, a pure function of the fabric and the node facts), on a node that runs
 ranks: a node that runs none (an MPIJob launcher: the operator runs the ranks on the workers

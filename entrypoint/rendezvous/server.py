@@ -35,8 +35,7 @@ from typing import Dict
 from ..core.limits import MIN_HEARTBEAT_TIMEOUT
 from ..core.log import log, printable
 from . import protocol
-from .connection import Connections, EventQueue, RendezvousError, ServerFailed
-from .peers import LOOP_TICK, MAX_PENDING
+from .connection import LOOP_TICK, MAX_PENDING, Connections, EventQueue, RendezvousError, ServerFailed
 from .registry import HOST_KEY_RE, MAX_SLOTS, NodeInfo, Registry, check_go, job_base, validate_registration
 from .states import CONNECTED, NodeState
 

@@ -1,4 +1,6 @@
-"""AWS Batch's main and child nodes: the one scheduler whose nodes the entrypoint wires itself.
+"""The main and child nodes the entrypoint wires itself: AWS Batch's, and those of a scheduler
+that starts one entrypoint per node but serves no SSH its launcher needs (a Slurm step of one
+task per node with mpirun or DeepSpeed: ``settings.wiring``, ``NodeTable.wired``).
 
 Main node: sshd for the SSH launchers, the rendezvous server, every child's registration within
 ``MNP_WAIT_TIMEOUT``, hostfiles and ``known_hosts``, ``go``, the launcher, supervision, ``done``.

@@ -17,7 +17,7 @@ process a rank) are detected by ``schedulers``; ``MNP_SCHEDULER`` names one and 
 ``cfg.node`` is the scheduler's ``NodeTable`` and ``cfg.mode`` its role.
 
 Settings (all optional): ``TABLE`` below, one ``Setting`` each (name, field, default, reader,
-doc line); ``Config()``, ``load`` and the docs tables (docs/entrypoint.md, README.md) read it.
+doc line); ``Config()``, ``load`` and the docs' table (docs/entrypoint.md) read it.
 
 An invalid value raises ``ConfigError``; ``__main__`` turns it into one line naming the variable
 and exit code 2, without a traceback.
@@ -45,8 +45,8 @@ class Setting(object):
     """One ``MNP_*`` setting: its name, the ``Config`` field it fills (None: read with another
     setting, like ``MNP_SECRET_FILE`` with ``MNP_SECRET``, or by the scheduler detection), its
     default (the one place it is written), how the docs show the default when it is not a plain
-    value, how to read it, and one line for the docs. The docs tables (docs/entrypoint.md,
-    README.md) are checked against this table (tests/test_docs_entrypoint.py)."""
+    value, how to read it, and one line for the docs. The docs' table (docs/entrypoint.md) is
+    checked against this table (tests/test_docs_entrypoint.py)."""
 
     __slots__ = ("name", "field", "default", "shown", "read", "doc")
 

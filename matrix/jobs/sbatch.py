@@ -67,6 +67,9 @@ a node that never joined, a peer lost, a failed health check), runs ``scontrol r
 own job while ``SLURM_RESTART_COUNT`` (unset on the first run, then the number of restarts)
 leaves attempts of ``max_attempts``. Any other status, the user's own failures included, ends the
 job with that status. Every attempt appends to the one output file (``--open-mode=append``).
+Slurm 22.05's manuals for these: https://slurm.schedmd.com/sbatch.html#OPT_requeue,
+https://slurm.schedmd.com/sbatch.html#OPT_SLURM_RESTART_COUNT and
+https://slurm.schedmd.com/scontrol.html#OPT_requeue.
 """
 
 from __future__ import annotations
@@ -111,10 +114,6 @@ DEFAULT_MAX_ATTEMPTS = 2  # as invoke jobdef's retryStrategy: one retry after an
 # v0.14.0); an older pyxis rejects the srun line's option.
 PYXIS_MINIMUM = "0.15.0"
 PYXIS_SOURCE = "https://github.com/NVIDIA/pyxis/releases/tag/v0.15.0"
-# Slurm's sources for the requeue lines (22.05 manuals).
-REQUEUE_SOURCES = ("https://slurm.schedmd.com/sbatch.html#OPT_requeue",
-                   "https://slurm.schedmd.com/sbatch.html#OPT_SLURM_RESTART_COUNT",
-                   "https://slurm.schedmd.com/scontrol.html#OPT_requeue")
 # Docker's rule for the first part of a reference: a registry host when it has '.' or ':' or is
 # localhost (github.com/distribution/reference, normalize.go splitDockerDomain).
 _REGISTRY = re.compile(r"^(localhost|[^/]*[.:][^/]*)$")

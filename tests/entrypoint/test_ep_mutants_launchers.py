@@ -137,7 +137,7 @@ def test_unit_defaults_start_nothing_alone():
     unit = base.Unit()
     assert (unit.starts_without_ssh, unit.reaches_hosts, unit.joins_elastic,
             unit.needs_ssh) == (False, False, False, False)
-    assert unit.uses_mpi(None) is False and unit.mpi_findings([]) == ([], [])
+    assert unit.uses_mpi(None, {}, False) is False and unit.mpi_findings([]) == ([], [])
 
 
 def test_only_torchrun_joins_an_elastic_rendezvous():

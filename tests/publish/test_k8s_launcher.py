@@ -5,7 +5,7 @@ ranks on the workers unless ``runLauncherAsWorker``), yet its plan is what mpiru
 rank: ``-x NAME`` for each variable it sets (``NCCL_NET``, ``LD_LIBRARY_PATH``, ``MNP_FABRIC``).
 So the launcher must plan the workers' fabric (EFA) without checking EFA on itself. Setting
 ``MNP_FABRIC=tcp`` on the launcher would pass its preflight and move every rank to NCCL's
-sockets (``NCCL_NET=Socket`` where aws-ofi-nccl is installed, entrypoint/envtable.py), so the
+sockets (``NCCL_NET=Socket`` where aws-ofi-nccl is installed, entrypoint/plan/envtable.py), so the
 generator cannot fix this alone: the entrypoint skips the device preflight on an MPIJob launcher
 (its ``NodeTable.runs_ranks`` is False, issue 23) and still plans EFA for the ranks.
 """
