@@ -39,10 +39,10 @@ def test_the_number_of_workers_is_checked(monkeypatch):
         suite.workers()
 
 
-def test_the_suite_caches_bytecode_whatever_the_shell_says():
+def test_the_suite_caches_bytecode_and_prints_as_it_goes_whatever_the_shell_says():
     environment = {"PYTHONDONTWRITEBYTECODE": "1", "PATH": "/bin"}
-    suite.cache_bytecode(environment)
-    assert environment == {"PATH": "/bin"}
+    suite.prepare_environment(environment)
+    assert environment == {"PATH": "/bin", "PYTHONUNBUFFERED": "1"}
 
 
 def test_the_closing_line_is_pytests_count():
