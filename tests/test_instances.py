@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -173,7 +174,7 @@ def test_nitro_versions_as_the_efa_page_groups_them(name, nitro):
 def test_what_is_confirmed_and_what_is_not():
     """Issue 25: the EFA counts of g5.12xlarge, p4de and dl1 now rest on DescribeInstanceTypes
     or AWS's topology files. Issue 32: p5en's 16 and p6-b200's 8 rest on Karpenter's instance
-    table at a named commit; p6-b300 is not in it and stays unverified."""
+    table at a named commit; p6-b300's figures on Karpenter's v1.14 table, where dl1 is gone."""
     p5en = get_instance_type("p5en.48xlarge")
     assert not p5en.unverified
     assert "2aea8194afeb77240e1948472c3fe23fc75e1778" in p5en.source
@@ -181,9 +182,12 @@ def test_what_is_confirmed_and_what_is_not():
     assert "vpc.amazonaws.com/efa 16" in p5en.source and p5en.efa_interfaces == 16
     assert p5en.memory_mib == 2097152
     assert "vpc.amazonaws.com/efa 8" in get_instance_type("p6-b200.48xlarge").source
-    assert "lists P6-B300" in get_instance_type("p6-b300.48xlarge").unverified
+    p6_b300 = get_instance_type("p6-b300.48xlarge")
+    assert "c88abbbad455186e69e30296c595e474123e9bc1" in p6_b300.source
+    assert "GPU, vCPU, memory" not in p6_b300.unverified and "EFA count" not in p6_b300.unverified
     dl1 = get_instance_type("dl1.24xlarge").unverified
-    assert dl1.startswith("whether EFA is still offered") and "EFA count" not in dl1
+    assert dl1.startswith("whether dl1.24xlarge is still offered at all")
+    assert "whether EFA is still offered" in dl1 and "EFA count" not in dl1
     assert not get_instance_type("g5.12xlarge").unverified
     assert not get_instance_type("p4de.24xlarge").unverified
     # p6-b200: 8 EFA devices is settled (issue 16 item 13); which uverbsN nodes they get is not
@@ -246,6 +250,63 @@ def test_rows_match_describe_instance_types(name):
     assert quoted in row.source and f"vpc.amazonaws.com/efa {efa}" in row.source, row.source
 
 
+# Karpenter's reference as released for v1.14 ([karpenter-v1-14]: website/content/en/v1.14/
+# reference/instance-types.md at c88abbba, section "p6-b300 Family"), same fields as DESCRIBE.
+KARPENTER_V1_14 = {"p6-b300.48xlarge": (192, 4194304, 8, "b300", 6400000, 16)}
+
+
+@pytest.mark.parametrize("name", sorted(KARPENTER_V1_14))
+def test_rows_match_karpenters_v1_14_table(name):
+    cpu, memory_mib, accelerators, model, mbps, efa = KARPENTER_V1_14[name]
+    row = get_instance_type(name)
+    assert (row.vcpus, row.memory_mib, row.accelerators, row.efa_interfaces) == (
+        cpu, memory_mib, accelerators, efa)
+    assert row.gpu_model.lower() == model and row.network_gbps * 1000 == mbps
+    quoted = (f"[karpenter-v1-14] {name}: instance-cpu {cpu}, instance-memory {memory_mib}, "
+              f"instance-gpu-count {accelerators}, {model}, instance-network-bandwidth {mbps}, "
+              f"vpc.amazonaws.com/efa {efa}")
+    assert quoted in row.source, row.source
+    assert "blob/c88abbbad455186e69e30296c595e474123e9bc1/website/content/en/v1.14/" in row.source
+
+
+def test_dl1_says_it_left_karpenters_table_where_users_pick_it():
+    """Issue 32: Karpenter's reference lists dl1.24xlarge up to v1.13 and not in v1.14. The row
+    says so in its source and its notice; `invoke stacks` (text and --json) shows the notice
+    under the stack that lists dl1, and every artefact written for dl1 carries it."""
+    from matrix.cli.deploy import notices_for
+    from matrix.jobs import spec
+    from tests.test_cli import invoke
+
+    row = get_instance_type("dl1.24xlarge")
+    assert "[karpenter-v1-14] no dl1 Family" in row.source
+    assert "website/content/en/v1.13/reference/instance-types.md" in row.source
+    assert "since v1.14" in row.notice and "listed up to v1.13" in row.notice
+    assert [name for name, r in INSTANCE_TYPES.items() if r.notice] == ["dl1.24xlarge"]
+    # a Batch tag holds it whole (spec.BATCH_TAG_MAX)
+    assert spec.batch_tags([row.notice])["mnp:notice-1"].endswith("dl1.24xlarge")
+
+    matrix = load_matrix(ROOT / "stacks.yaml")
+    stack = matrix.stacks["synapseai1.6-efa"]
+    assert notices_for(stack, "dl1.24xlarge") == [row.notice]
+    assert notices_for(matrix.stacks["cuda12.1-efa"], "p4d.24xlarge") == notices_for(
+        matrix.stacks["cuda12.1-efa"])
+
+    proc = invoke("stacks", "--json")
+    rows = {s["name"]: s for s in json.loads(proc.stdout)["stacks"]}
+    assert rows["synapseai1.6-efa"]["notices"] == [row.notice]
+    assert all(not r["notices"] for name, r in rows.items()
+               if "dl1.24xlarge" not in r["instances"])
+    text = invoke("stacks", env={"COLUMNS": "100"}).stdout
+    block = text.split("\nsynapseai1.6-efa:")[1].split("\n\n")[0]
+    assert "notice:     dl1.24xlarge is gone from Karpenter's" in block
+
+    image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/x@sha256:" + "a" * 64
+    script = invoke("sbatch", "--stack", "synapseai1.6-efa", "--nodes", "2", "--instance-type",
+                    "dl1.24xlarge", "--image-uri", image, "--", "python3", "train.py")
+    assert script.returncode == 0, script.stderr
+    assert f"# Notice: {row.notice}\n" in script.stdout.split("\nsrun ")[0]
+
+
 # aws-ofi-nccl topology/p4de-24xl-topo.xml: GPU 0..7 and NIC 0..3 (vendor 0x1d0f, device 0xefa0).
 P4DE_TOPOLOGY = {"gpus": 8, "efa_nics": 4}
 
@@ -269,7 +330,7 @@ def test_p6_b300_has_16_efa_interfaces_on_17_cards():
     assert row.efa_rdma_read and row.slots_per_node() == 8
     assert "17 network cards; card 0 ENA only, cards 1 to 16 EFA" in row.source
     assert "aws-parallelcluster/issues/7143" in row.source and "NCI-0 does NOT support" in row.source
-    assert row.unverified.startswith("the GPU, vCPU, memory and bandwidth figures")
+    assert row.unverified.startswith("the Nitro generation, on which RDMA read rests")
 
 
 def test_network_cards_bound_the_efa_interfaces():

@@ -39,6 +39,7 @@ def stacks_data(matrix: Matrix) -> list[dict[str, Any]]:
     """Every stack with its base, component versions, targets, rule check and whether it can be
     built yet, as data."""
     from matrix.model.drivers import driver_floor
+    from matrix.model.instances import INSTANCE_TYPES
     from matrix.model.rules import check_matrix
 
     rows = []
@@ -57,6 +58,9 @@ def stacks_data(matrix: Matrix) -> list[dict[str, Any]]:
             "buildable": not stack.unpinned(),
             "unpinned": stack.unpinned(),
             "driver": floor.to_dict() if floor else None,  # issue 33: the host's NVIDIA driver
+            # issue 32: what the instance table says whoever picks one of these types must read
+            "notices": [INSTANCE_TYPES[i].notice for i in stack.instances
+                        if i in INSTANCE_TYPES and INSTANCE_TYPES[i].notice],
         })
     return rows
 
@@ -209,6 +213,10 @@ def _print_blocks(matrix: Matrix, rows: list[dict[str, Any]], width: int) -> Non
         out.extend(_field("instances", row["instances"], width))
         if row["driver"]:
             out.extend(textwrap.wrap(f"  {'driver:':<12}{row['driver']['line']}", width,
+                                     subsequent_indent=" " * 14, break_long_words=False,
+                                     break_on_hyphens=False))
+        for notice in row["notices"]:
+            out.extend(textwrap.wrap(f"  {'notice:':<12}{notice}", width,
                                      subsequent_indent=" " * 14, break_long_words=False,
                                      break_on_hyphens=False))
     print("\n".join(out))

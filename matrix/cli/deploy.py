@@ -110,14 +110,19 @@ def _generator_input(task: str, what: str, stacks_file: str, stacks: Any, nodes:
                      target)
 
 
-def notices_for(stack: Any) -> list[str]:
-    """What every artefact of ``stack`` tells whoever submits it (a minimum NVIDIA driver, a
-    cluster requirement), one line each; each writer renders them in its format
-    (matrix/jobs/spec.py). Add a notice here."""
+def notices_for(stack: Any, instance_type: str | None = None) -> list[str]:
+    """What every artefact of ``stack`` on ``instance_type`` tells whoever submits it (a minimum
+    NVIDIA driver, a cluster requirement, the instance row's ``notice``), one line each; each
+    writer renders them in its format (matrix/jobs/spec.py). Add a notice here."""
     from matrix.model.drivers import driver_floor
+    from matrix.model.instances import get_instance_type
 
     floor = driver_floor(stack)
-    return [floor.line()] if floor else []
+    notices = [floor.line()] if floor else []
+    instance = get_instance_type(instance_type) if instance_type else None
+    if instance and instance.notice:
+        notices.append(instance.notice)
+    return notices
 
 
 def _image(given: Generated, image_uri: str | None) -> str:
@@ -155,7 +160,8 @@ def jobdef(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
                                          launcher=launcher, execution_role_arn=execution_role_arn,
                                          command=command, mounts=given.mounts,
                                          attempts=tries,
-                                         notices=notices_for(given.matrix.stack(given.stack)))
+                                         notices=notices_for(given.matrix.stack(given.stack),
+                                                             given.instance_type))
     text = json.dumps(definition, indent=2)
     # the AWS session first: a missing region or profile is said before anything is written
     client = jd.batch_client_for(region, profile) if register else None
@@ -207,7 +213,8 @@ def sbatch(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
                                     launcher=launcher, ranks=ranks,
                                     fabric=given.matrix.stack(given.stack).fabric,
                                     mounts=given.mounts, max_attempts=tries,
-                                    notices=notices_for(given.matrix.stack(given.stack)))
+                                    notices=notices_for(given.matrix.stack(given.stack),
+                                                        given.instance_type))
     _emit(given, script, output)
     return script
 
@@ -238,7 +245,8 @@ def k8s(stacks_file: str, stacks: Any, kind: str | None, nodes: Any, instance_ty
                                    command, fabric=given.matrix.stack(given.stack).fabric,
                                    mounts=given.mounts, claims=given.claims, elastic=bounds,
                                    attempts=tries,
-                                   notices=notices_for(given.matrix.stack(given.stack)))
+                                   notices=notices_for(given.matrix.stack(given.stack),
+                                                       given.instance_type))
     _emit(given, kube.to_yaml(manifest), output)
     return manifest
 

@@ -40,7 +40,9 @@ class InstanceType:
     ``/dev/infiniband/uverbsN`` each; ``efa_rdma_read`` tells whether EFA on this type supports
     RDMA reads (GPUDirect RDMA). ``shm_mib`` is the ``/dev/shm`` size to give the container.
     ``source`` names the upstream page and section of every figure; ``unverified`` lists the
-    figures not confirmed there, with the reason.
+    figures not confirmed there, with the reason. ``notice`` is the one line whoever picks the
+    type must read (that it may no longer be offered, say): ``invoke stacks`` shows it under
+    every stack listing the type, and every artefact written for the type carries it.
     """
 
     name: str
@@ -57,6 +59,7 @@ class InstanceType:
     network_gbps: int = 0
     threads_per_core: int = 2
     unverified: str = ""
+    notice: str = ""
 
     @property
     def accelerators(self) -> int:
@@ -106,6 +109,7 @@ def _row(name: str, raw: dict[str, Any], sources: dict[str, str], where: str) ->
         network_gbps=raw["network_gbps"],
         threads_per_core=raw.get("threads_per_core", 2),
         unverified=raw.get("unverified", ""),
+        notice=raw.get("notice", ""),
     )
 
 
