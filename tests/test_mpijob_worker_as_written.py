@@ -74,8 +74,12 @@ def run_entrypoint(worker: dict, tmp_path: Path, **extra: str) -> tuple[subproce
     record = tmp_path / "served.jsonl"
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
+    # The health gate measures this machine (a bare container's /dev/shm is 64 MiB, below
+    # c5n.18xlarge's row), not the worker: the container test of the generated workers runs
+    # it on the image; here it is off so the role's own decision is what is seen.
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONPATH": str(ROOT),
-           "MNP_STATE_DIR": str(tmp_path / "state"), **worker["env"], **extra}
+           "MNP_STATE_DIR": str(tmp_path / "state"), **worker["env"], "MNP_HEALTH": "off",
+           **extra}
     proc = subprocess.run([sys.executable, "-c", DRIVER, str(record), *worker["args"]],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
                           check=False)
