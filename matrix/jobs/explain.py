@@ -11,22 +11,25 @@ from the instance table (:data:`matrix.model.instances.INSTANCE_TYPES`). Then th
 
 from __future__ import annotations
 
+import copy
 import json
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from entrypoint import launchers, schedulers
+from entrypoint import launchers
 from entrypoint import schedulers as ep_schedulers
 from entrypoint.core.limits import MAX_NODES
 from entrypoint.plan import make as ep_plan
 from entrypoint.probe.facts import NodeFacts
+from entrypoint.run import main as ep_main
 from entrypoint.settings import config
 from matrix.errors import UsageError
+from matrix.jobs.roles import Role
 from matrix.model.drivers import driver_floor
 from matrix.model.entities import Matrix, Stack, comparable
-from matrix.model.instances import INSTANCE_TYPES, InstanceType
+from matrix.model.instances import INSTANCE_TYPES, InstanceType, get_instance_type
 
 # A fork's own version -> the upstream DeepSpeed release it is based on (what decides how the
 # launcher passes the environment on).
@@ -60,16 +63,55 @@ class ExplainError(UsageError):
     (a pair the rules refuse is :func:`matrix.jobs.jobdef.check_pair`'s UserError: 1)."""
 
 
-@dataclass(frozen=True)
-class Explained:
+@dataclass
+class Section:
+    """One role of the generated job and the plan its own dry run prints."""
+
+    role: Role
     plan: ep_plan.Plan
-    header: str
 
     def text(self) -> str:
-        return self.plan.text(header=self.header)
+        """Exactly what the role's entrypoint prints with ``MNP_DRY_RUN=1``."""
+        return self.plan.text()
+
+
+@dataclass
+class Explained:
+    header: str
+    sections: list[Section]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def plan(self) -> ep_plan.Plan:
+        """The first role's plan: Batch's main node, Slurm's node 0, a PyTorchJob's master,
+        an MPIJob's launcher."""
+        return self.sections[0].plan
+
+    def stops(self) -> list[str]:
+        """What stops any role at start (each line names its role)."""
+        return [f"{section.role.name}: {line}" for section in self.sections
+                for line in section.plan.stops()]
+
+    def text(self) -> str:
+        lines = [self.header] + [f"note: {note}" for note in self.notes]
+        for section in self.sections:
+            lines += ["", f"=== {section.role.name}: {role_title(section.role)} ===",
+                      section.text()]
+        return "\n".join(lines)
 
     def json(self) -> str:
-        return json.dumps(self.plan.to_dict(), indent=2, sort_keys=True)
+        return json.dumps({"header": self.header, "notes": self.notes,
+                           "roles": [{"name": section.role.name, "argv": section.role.argv,
+                                      "plan": section.plan.to_dict()}
+                                     for section in self.sections]}, indent=2, sort_keys=True)
+
+
+def role_title(role: Role) -> str:
+    """Where the role runs and what the scheduler passes in, in a few words."""
+    devices = role.devices
+    passed = ", ".join(f"{count} {what}" for count, what in (
+        (devices.gpus, "GPUs"), (devices.hpus, "HPUs"), (devices.efa, "EFA devices")) if count)
+    return f"{role.instance_type}, {passed or 'no devices'} passed in"
 
 
 def _version_at_least(version: str | None, minimum: str) -> bool:
@@ -196,40 +238,157 @@ def _binaries(components: set[str], versions: dict[str, str], efa_software: bool
 def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
             launcher: str | None = "mpirun", command: list[str] | None = None,
             scheduler: str = "batch", rdzv: str | None = None) -> Explained:
-    """The main node's plan under ``scheduler``: the environment that scheduler's adapter says
-    node 0 gets (``example(nodes, 0)``; an MPIJob's launcher). ``launcher=None`` leaves
-    ``MNP_LAUNCHER`` unset, so the scheduler's role picks it (mpirun on Batch and for a launcher,
-    torchrun on a node of Slurm, a PyTorchJob or a TrainJob). ``rdzv`` (c10d, etcd, etcd-v2)
-    makes the PyTorchJob elastic, with that rendezvous backend. Raises :class:`ExplainError` for
-    unknown names or bad numbers, and :func:`matrix.jobs.jobdef.check_pair`'s UserError for a
-    pair it refuses."""
+    """Every role of the job ``scheduler``'s writer generates, each with the plan its own dry run
+    prints. ``launcher=None`` leaves ``MNP_LAUNCHER`` out of what the writer wrote, so each role
+    picks its own (mpirun on Batch and for a launcher, torchrun or torch.distributed.launch on a
+    node of Slurm, a PyTorchJob or a TrainJob). ``rdzv`` (c10d, etcd, etcd-v2) makes the
+    PyTorchJob elastic, with that rendezvous backend. Raises :class:`ExplainError` for unknown
+    names or bad numbers, and :func:`matrix.jobs.jobdef.check_pair`'s UserError for a pair it
+    refuses."""
     from matrix.jobs import jobdef
 
     _check_request(matrix, stack_name, instance_type, nodes, launcher, scheduler, rdzv)
     stack = matrix.stacks[stack_name]
-    instance = INSTANCE_TYPES[instance_type]
     # the check invoke jobdef makes: the stack's rules as if it targeted only this type
     jobdef.check_pair(stack, instance_type)
-    settings = jobdef.mnp_environment(instance, launcher or "mpirun", stack.fabric,
-                                      jobdef.DEFAULT_WAIT_TIMEOUT_S, None)
-    env = _main_node_environment(settings, nodes, launcher, scheduler, rdzv)
-    facts = stack_facts(stack, instance)
-    plan = _scheduled_plan(env, facts, list(command or PLACEHOLDER_COMMAND), scheduler, nodes,
-                           instance.slots_per_node())
+    given = list(command or PLACEHOLDER_COMMAND)
+    derived = artefact_roles(stack, instance_type, nodes, launcher, given, scheduler, rdzv)
+    if launcher is None:
+        for role in derived:
+            role.env.pop("MNP_LAUNCHER", None)
+    sections = [role_dry_run(stack, role) for role in derived]
+    notes = []
     if not command:
-        plan.notes.append("no command given after --: python3 train.py shown")
+        notes.append("no command given after --: python3 train.py shown")
     floor = driver_floor(stack)
     if floor:
-        plan.notes.append("hosts need " + floor.line())
+        notes.append("hosts need " + floor.line())
     if instance_type not in stack.instances:
-        plan.notes.append(f"{instance_type} is not one of {stack_name}'s instances "
-                          f"({', '.join(stack.instances)}): shown as asked")
-    who = "the launcher" if plan.role["mode"] == "launcher" else "main node"
-    header = (f"invoke explain: {who} of stack {stack_name} on {nodes} x {instance_type} under "
-              f"{scheduler}, launcher {plan.launcher['unit']} (settings as invoke jobdef writes "
-              "them, the scheduler's variables from its adapter's example; facts from "
-              "stacks.yaml and the instance table; nothing probed)")
-    return Explained(plan, header)
+        notes.append(f"{instance_type} is not one of {stack_name}'s instances "
+                     f"({', '.join(stack.instances)}): shown as asked")
+    unit = sections[0].plan.launcher["unit"]
+    header = (f"invoke explain: stack {stack_name} on {nodes} x {instance_type} under "
+              f"{scheduler}, launcher {unit}{' (each role picks)' if launcher is None else ''}: "
+              + (f"each role of what {WRITERS[scheduler]} writes" if scheduler in WRITERS
+                 else "each role the adapter's example describes")
+              + ", with what its own dry run "
+              f"(MNP_DRY_RUN=1) prints. Facts from the stack's declarations and the instance "
+              f"table; only a node can probe {', '.join(NODE_ONLY)}")
+    return Explained(header, sections, notes)
+
+
+# The task that writes each scheduler's artefact (what ``explain`` derives the roles from).
+WRITERS = {"batch": "invoke jobdef", "slurm": "invoke sbatch", "pytorchjob": "invoke k8s --kind "
+           "pytorchjob", "trainjob": "invoke k8s --kind trainjob",
+           "mpijob": "invoke k8s --kind mpijob"}
+# What the dry run shows that only the node itself can know (placeholders here).
+NODE_ONLY = ("its address and interface", "fi_info's answer", "/dev/shm and free space")
+# The image reference the writers are given: the plan never reads it.
+IMAGE_URI = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp-stacks@sha256:" + "0" * 64
+
+
+def artefact_roles(stack: Stack, instance_type: str, nodes: int, launcher: str | None,
+                   command: list[str], scheduler: str, rdzv: str | None) -> list[Role]:
+    """What ``scheduler``'s writer generates for the job, read back role by role
+    (:mod:`matrix.jobs.roles`). ``launcher=None``: the launcher the writer writes by default."""
+    from matrix.jobs import jobdef, k8s, roles, sbatch
+
+    if scheduler not in WRITERS:
+        return adapter_roles(stack, instance_type, nodes, launcher, command, scheduler)
+    if scheduler == "batch":
+        definition = jobdef.definition_for_stack(stack, nodes, instance_type, IMAGE_URI,
+                                                 command=command, launcher=launcher or "mpirun")
+        return roles.batch_roles(definition)
+    if scheduler == "slurm":
+        # no launcher: one task per node (any launcher but a per-rank one), each picks its own
+        script = sbatch.build_sbatch_script(stack.name, nodes, instance_type, IMAGE_URI, command,
+                                            launcher=launcher or "torchrun", fabric=stack.fabric)
+        return roles.slurm_roles(script, instance_type)
+    own = k8s.LAUNCHER[scheduler]
+    manifest = k8s.build_manifest(scheduler, stack.name, nodes, instance_type, IMAGE_URI, command,
+                                  fabric=stack.fabric, elastic=(nodes, nodes) if rdzv else None,
+                                  env={"MNP_LAUNCHER": launcher} if launcher not in (None, own)
+                                  else None)
+    if rdzv:  # the writer writes c10d; another backend is this edit of its manifest
+        policy = manifest["spec"]["elasticPolicy"]
+        policy["rdzvBackend"] = rdzv
+        if rdzv.startswith("etcd"):  # the etcd server the user runs, as the adapter names it
+            endpoint = ep_schedulers.pytorchjob.elastic_example(nodes, rdzv)["PET_RDZV_ENDPOINT"]
+            host, _, port = endpoint.rpartition(":")
+            policy.update(rdzvHost=host, rdzvPort=int(port))
+    return roles.k8s_roles(manifest)
+
+
+def adapter_roles(stack: Stack, instance_type: str, nodes: int, launcher: str | None,
+                  command: list[str], scheduler: str) -> list[Role]:
+    """A scheduler the entrypoint has an adapter for but no task writes a job for: node 0 and
+    the last node as the adapter's own ``example`` says the scheduler starts them, with the
+    ``MNP_*`` settings every writer writes (``spec.mnp_environment``) and the instance's devices.
+    """
+    from matrix.jobs import spec
+    from matrix.jobs.roles import Devices
+
+    instance = get_instance_type(instance_type)
+    settings = spec.mnp_environment(instance, launcher or "mpirun", stack.fabric,
+                                    spec.DEFAULT_WAIT_TIMEOUT_S, None)
+    efa = instance.efa_interfaces if stack.fabric == "efa" else 0
+    devices = Devices(instance.gpus, instance.hpus, efa)
+    return [Role(f"node {index} (the {scheduler} adapter's example; no task writes this job)",
+                 dict(settings, **ep_schedulers.MODULES[scheduler].example(nodes, index)),
+                 list(command), devices, instance.name)
+            for index in sorted({0, nodes - 1})]
+
+
+def role_facts(stack: Stack, role: Role) -> NodeFacts:
+    """The stack's declared facts on the role's instance type, with the devices the scheduler
+    passes into the role's container (an MPIJob launcher gets none)."""
+    facts = copy.copy(stack_facts(stack, get_instance_type(role.instance_type)))
+    devices = role.devices
+    facts.gpus, facts.hpus = devices.gpus, devices.hpus
+    facts.efa_devices = [f"uverbs{i}" for i in range(devices.efa)]
+    facts.slots = devices.gpus or devices.hpus or 1
+    facts.slots_source = (f"the scheduler passed {devices.gpus} GPUs" if devices.gpus
+                          else f"the scheduler passed {devices.hpus} HPUs" if devices.hpus
+                          else "no GPU or HPU passed in: 1")
+    return facts
+
+
+def role_environment(stack: Stack, role: Role) -> dict[str, str]:
+    """What the role's entrypoint reads in its dry run: the image's variables, then the role's
+    (the scheduler's override the image's), with ``MNP_DRY_RUN=1``."""
+    return dict(IMAGE_ENV, **role.env, MNP_DRY_RUN="1")
+
+
+def role_dry_run(stack: Stack, role: Role) -> Section:
+    """The role's dry run: the entrypoint's own ``dry_run_plan`` on the role's environment and
+    arguments, with the stack's declared facts. A file the scheduler mounts (an MPIJob's
+    hostfile) is written to a temporary folder for the entrypoint to read, and named in the
+    plan by the path the scheduler mounts it at."""
+    env = role_environment(stack, role)
+    facts = role_facts(stack, role)
+    with tempfile.TemporaryDirectory() as tmp:
+        moved = {}
+        for index, (path, content) in enumerate(sorted(role.files.items())):
+            local = str(Path(tmp) / f"file{index}")
+            Path(local).write_text(content)
+            moved[local] = path
+            env = {k: (local if v == path else v) for k, v in env.items()}
+        plan = ep_main.dry_run_plan(config.load(env), role.argv, env, facts)
+    for local, path in moved.items():
+        _rename_in_plan(plan, local, path)
+    return Section(role, plan)
+
+
+def _rename_in_plan(plan: ep_plan.Plan, old: str, new: str) -> None:
+    """Every mention of ``old`` in the plan's data as ``new``."""
+    for name, value in list(vars(plan).items()):
+        try:
+            text = json.dumps(value)
+        except (TypeError, ValueError):
+            continue
+        if old in text:
+            setattr(plan, name, json.loads(text.replace(json.dumps(old)[1:-1],
+                                                        json.dumps(new)[1:-1])))
 
 
 def _check_request(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
@@ -253,55 +412,6 @@ def _check_request(matrix: Matrix, stack_name: str, instance_type: str, nodes: i
         # the entrypoint refuses more nodes (AWS_BATCH_JOB_NUM_NODES): say so before it does
         raise ExplainError(f"--nodes {nodes}: expected a whole number from 1 to "
                            f"{MAX_NODES} (the entrypoint's limit)")
-
-
-def _main_node_environment(settings: dict[str, str], nodes: int, launcher: str | None,
-                           scheduler: str, rdzv: str | None) -> dict[str, Any]:
-    """What node 0 sees: the image's variables, the ``MNP_*`` ``settings`` invoke jobdef writes
-    and the variables ``scheduler``'s adapter example gives it."""
-    env: dict[str, Any] = dict(IMAGE_ENV)
-    env.update(settings)
-    if launcher is None:
-        del env["MNP_LAUNCHER"]
-    if rdzv:
-        env.update(schedulers.pytorchjob.elastic_example(nodes, rdzv))
-    elif scheduler != "batch" or nodes > 1:
-        env.update(schedulers.MODULES[scheduler].example(nodes, 0))
-    if scheduler == "batch" and nodes > 1:
-        env["AWS_BATCH_JOB_ID"] = "<job-id>"
-    return env
-
-
-def _scheduled_plan(env: dict[str, Any], facts: NodeFacts, command: list[str], scheduler: str,
-                    nodes: int, slots: int) -> ep_plan.Plan:
-    """``make_plan`` on the scheduler's environment. An MPIJob launcher reads the operator's
-    hostfile (one ``<job>-worker-<i>.<job>.default.svc slots=N`` line per worker): written to a
-    temporary directory for the plan, then named by the path the operator mounts."""
-    if scheduler != "mpijob":
-        return _plan(env, facts, command)
-    mounted = env["OMPI_MCA_orte_default_hostfile"]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = str(Path(tmp) / "hostfile")
-        Path(path).write_text("".join(f"job-worker-{i}.job.default.svc slots={slots}\n"
-                                      for i in range(nodes)))
-        plan = _plan(dict(env, OMPI_MCA_orte_default_hostfile=path), facts, command)
-    text = json.dumps(plan.to_dict()["role"]).replace(path, mounted)
-    plan.role = json.loads(text)
-    plan.environment["OMPI_MCA_orte_default_hostfile"] = mounted
-    return plan
-
-
-def plan_for(env: dict[str, Any], facts: NodeFacts, command: list[str]) -> ep_plan.Plan:
-    """``make_plan`` on ``env`` and ``facts``, with the hostfiles the node's dry run names."""
-    return _plan(env, facts, command)
-
-
-def _plan(env: dict[str, Any], facts: NodeFacts, command: list[str]) -> ep_plan.Plan:
-    cfg = config.load(env)
-    hostfiles = None if (cfg.mode == "child" or not (cfg.rendezvous or cfg.mode == "single")) \
-        else {"openmpi": f"{cfg.state_dir}/hostfile", "plain": f"{cfg.state_dir}/hostfile.plain",
-              "intel": f"{cfg.state_dir}/hostfile.intel"}
-    return ep_plan.make_plan(cfg, facts, command, env, None, hostfiles)
 
 
 def parse_nodes(raw: Any) -> int:
