@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from entrypoint import launchers
+from matrix.image.declared import image_facts
 from matrix.jobs import explain as ex
 from matrix.jobs import jobdef, k8s, roles, sbatch
 from matrix.model.loader import load_matrix
@@ -69,7 +70,8 @@ def written_roles(scheduler: str, stack: str, itype: str, nodes: int,
 def own_dry_run(stack: str, role: roles.Role, tmp: Path) -> tuple[int, str]:
     """The role's entrypoint run with ``MNP_DRY_RUN=1``: its exit status and its output, with a
     mounted file named by the path the scheduler mounts it at."""
-    env = {**ex.role_environment(MATRIX.stack(stack), role), "MNP_DRY_RUN": "1"}
+    image = image_facts(MATRIX, MATRIX.stack(stack))  # the image's own ENV, from its templates
+    env = {**image.env, **role.env, "MNP_DRY_RUN": "1"}
     moved = {}
     for index, (path, content) in enumerate(sorted(role.files.items())):
         local = tmp / f"mounted{index}"
@@ -77,7 +79,7 @@ def own_dry_run(stack: str, role: roles.Role, tmp: Path) -> tuple[int, str]:
         moved[str(local)] = path
         env = {name: (str(local) if value == path else value) for name, value in env.items()}
     facts = tmp / "facts.json"
-    facts.write_text(json.dumps(ex.role_facts(MATRIX.stack(stack), role).to_dict()))
+    facts.write_text(json.dumps(ex.role_facts(MATRIX, MATRIX.stack(stack), role).to_dict()))
     proc = subprocess.run([sys.executable, "-c", DRY_RUN, str(ROOT), str(facts), *role.argv],
                           env=env, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode in (0, 1), proc.stderr

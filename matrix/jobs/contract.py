@@ -8,9 +8,9 @@ from __future__ import annotations
 from entrypoint.plan import make as ep_plan
 from matrix.jobs import explain
 from matrix.jobs.roles import Role
-from matrix.model.entities import Stack
+from matrix.model.entities import Matrix, Stack
 
 
-def plan_role(stack: Stack, role: Role) -> ep_plan.Plan:
+def plan_role(matrix: Matrix, stack: Stack, role: Role) -> ep_plan.Plan:
     """The role's dry-run plan (``explain.role_dry_run``)."""
-    return explain.role_dry_run(stack, role).plan
+    return explain.role_dry_run(matrix, stack, role).plan

@@ -22,6 +22,7 @@ from entrypoint import launchers
 from entrypoint import schedulers as ep_schedulers
 from entrypoint.core.limits import MAX_NODES
 from entrypoint.plan import make as ep_plan
+from entrypoint.probe import facts as ep_facts
 from entrypoint.probe.facts import NodeFacts
 from entrypoint.run import main as ep_main
 from entrypoint.settings import config
@@ -41,14 +42,6 @@ DEEPSPEED_FORKS = {
                            "fork of DeepSpeed 0.6.1"),
     },
 }
-# Where components put the files the plan looks for (as their Dockerfile.j2 install them).
-EFA_LIBDIRS = ("/opt/amazon/efa/lib", "/opt/amazon/openmpi/lib")
-# The EFA installer's own copy of aws-ofi-nccl (installers >= 1.38.0).
-EFA_PLUGIN_DIR = "/opt/amazon/ofi-nccl/lib"
-PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# what the image gives every job: its PATH, root's HOME, and the PYTHONPATH that
-# /usr/local/bin/mnp-entrypoint sets (docs/entrypoint.md "Image contract")
-IMAGE_ENV = {"PATH": PATH, "HOME": "/root", "PYTHONPATH": "/opt/mnp/lib"}
 PLACEHOLDER_COMMAND = ["python3", "train.py"]
 # What ``--scheduler`` accepts: the schedulers a job is submitted to (``rank`` and ``single`` are
 # what the entrypoint finds inside a job, not schedulers to explain a job for).
@@ -114,10 +107,6 @@ def role_title(role: Role) -> str:
     return f"{role.instance_type}, {passed or 'no devices'} passed in"
 
 
-def _version_at_least(version: str | None, minimum: str) -> bool:
-    return bool(version) and comparable(version) >= comparable(minimum)
-
-
 def _nccl(stack: Stack, versions: dict[str, str]) -> tuple[str | None, str]:
     """The lowest NCCL a job of this stack can load: the system one and PyTorch's wheel."""
     found = []
@@ -132,40 +121,12 @@ def _nccl(stack: Stack, versions: dict[str, str]) -> tuple[str | None, str]:
     return min(found, key=lambda item: comparable(item[0]))
 
 
-def _plugin_path(stack: Stack) -> str | None:
-    """Where the stack's aws-ofi-nccl plugin is: its own layer's prefix, or the EFA installer's
-    bundled copy when the efa layer ``provides`` it (EFA changelog 1.38.0: bundled under
-    /opt/amazon/ofi-nccl, a directory the entrypoint searches, ``entrypoint.fabric.PLUGIN_GLOBS``;
-    plugins >= 1.15 keep a libnccl-net.so name beside libnccl-net-ofi.so, changelog 1.42.0)."""
-    plugin = stack.layer("aws-ofi-nccl")
-    if plugin:
-        return (plugin.spec.get("options", {}).get("prefix", "/opt/aws-ofi-nccl")
-                + "/lib/libnccl-net.so")
-    efa = stack.layer("efa")
-    if efa and "aws-ofi-nccl" in (efa.spec.get("provides") or {}):
-        return EFA_PLUGIN_DIR + "/libnccl-net.so"
-    return None
-
-
-def _openmpi_tool(stack: Stack, tool: str) -> str | None:
-    """Where the stack's own Open MPI layer puts ``tool``: under the prefix it is built into
-    from the release tarball (options.prefix, e.g. /opt/openmpi: images/openmpi/Dockerfile.j2
-    puts prefix/bin on PATH), else the distribution's /usr/bin; None without such a layer."""
-    layer = stack.layer("openmpi")
-    if layer is None:
-        return None
-    prefix = (layer.spec.get("options") or {}).get("prefix")
-    return f"{prefix}/bin/{tool}" if prefix else f"/usr/bin/{tool}"
-
-
-def stack_facts(stack: Stack, instance: InstanceType) -> NodeFacts:
-    """What a node of ``stack`` on ``instance`` has, from declarations only."""
-    components = {layer.component for layer in stack.layers}
+def stack_facts(matrix: Matrix, stack: Stack, instance: InstanceType) -> NodeFacts:
+    """What a node of ``stack`` on ``instance`` has, from declarations only: the versions in
+    stacks.yaml, the programs, library folders and plugins its templates say they install
+    (:func:`matrix.image.declared.image_facts`) and the instance table's devices."""
+    image = declared_image(matrix, stack)
     versions, sources = _declared_versions(stack)
-    efa_software = "efa" in components or "synapseai" in components
-    binaries = _binaries(components, versions, efa_software, _openmpi_tool(stack, "mpirun"))
-    plugin_path = _plugin_path(stack)
-    wrapper = stack.layer("hccl-ofi-wrapper")
     # invoke jobdef passes the uverbs devices in only when the stack's fabric is efa
     efa_devices = ([f"uverbs{i}" for i in range(instance.efa_interfaces)]
                    if stack.fabric == "efa" else [])
@@ -174,7 +135,7 @@ def stack_facts(stack: Stack, instance: InstanceType) -> NodeFacts:
         instance_type=instance.name,
         instance_source="MNP_INSTANCE_TYPE (set by invoke jobdef)",
         gpus=instance.gpus, hpus=instance.hpus, efa_devices=efa_devices,
-        fi_info_efa=True if efa_software else None,
+        fi_info_efa=image.fi_info_efa,
         # AWS Batch MNP runs awsvpc: the container's eth0 is its own ENI, an ENA device.
         nic_vendor="0x1d0f", interface="eth0", address="<node-0>",
         address_reason="route lookup on the node (placeholder: nothing probed)",
@@ -182,15 +143,28 @@ def stack_facts(stack: Stack, instance: InstanceType) -> NodeFacts:
         slots_source=(f"instance table: {instance.gpus} GPUs" if instance.gpus else
                       f"instance table: {instance.hpus} HPUs" if instance.hpus else
                       "no GPU or HPU on this instance type: 1"),
-        versions=versions, version_sources=sources, binaries=binaries,
-        plugin_path=plugin_path,
-        hccl_wrapper=(wrapper.spec.get("options", {}).get("install_dir", "/usr/lib/habanalabs")
-                      + "/libhccl_ofi_wrapper.so") if wrapper else None,
-        libdirs=list(EFA_LIBDIRS) if efa_software else [],
+        versions=versions, version_sources=sources,
+        binaries={name: image.programs.get(name)
+                  for name in sorted(set(ep_facts.BINARIES) | set(image.programs))},
+        plugin_path=image.plugin, hccl_wrapper=image.hccl_wrapper, libdirs=list(image.libdirs),
         is_root=True, user="root", home="/root",
-        origin=f"declared: stacks.yaml stack {stack.name} and the instance table row "
-               f"{instance.name} (no hardware, image or build)",
+        origin=f"declared: stacks.yaml stack {stack.name}, its templates' installs and the "
+               f"instance table row {instance.name} (no hardware, image or build)",
     )
+
+
+_DECLARED: dict[tuple[str, str], Any] = {}
+
+
+def declared_image(matrix: Matrix, stack: Stack) -> Any:
+    """The stack's image as its templates declare it (``matrix.image.declared.ImageFacts``),
+    rendered once per process; imported here, so listing schedulers renders nothing."""
+    from matrix.image.declared import image_facts
+
+    key = (str(matrix.path), stack.name)
+    if key not in _DECLARED:
+        _DECLARED[key] = image_facts(matrix, stack)
+    return _DECLARED[key]
 
 
 def _declared_versions(stack: Stack) -> tuple[dict[str, str], dict[str, str]]:
@@ -218,23 +192,6 @@ def _declared_versions(stack: Stack) -> tuple[dict[str, str], dict[str, str]]:
     return versions, sources
 
 
-def _binaries(components: set[str], versions: dict[str, str], efa_software: bool,
-              own_mpirun: str | None) -> dict[str, str | None]:
-    """Where the stack's layers put each program the entrypoint looks for (None: absent);
-    ``own_mpirun``: the stack's own Open MPI layer's mpirun, if it has one."""
-    return {
-        "python3": "/usr/bin/python3",
-        "mpirun": "/opt/amazon/openmpi/bin/mpirun" if efa_software else own_mpirun,
-        "sshd": "/usr/sbin/sshd" if "ssh" in components else None,
-        "deepspeed": "/usr/local/bin/deepspeed" if versions.get("deepspeed") else None,
-        "torchrun": "/usr/local/bin/torchrun"
-        if _version_at_least(versions.get("pytorch"), "1.10.0") else None,
-        "pdsh": "/usr/bin/pdsh" if "pdsh" in components else None,
-        "fi_info": "/opt/amazon/efa/bin/fi_info" if efa_software else (
-            "/usr/bin/fi_info" if "libfabric" in components else None),
-    }
-
-
 def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
             launcher: str | None = "mpirun", command: list[str] | None = None,
             scheduler: str = "batch", rdzv: str | None = None) -> Explained:
@@ -256,7 +213,7 @@ def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
     if launcher is None:
         for role in derived:
             role.env.pop("MNP_LAUNCHER", None)
-    sections = [role_dry_run(stack, role) for role in derived]
+    sections = [role_dry_run(matrix, stack, role) for role in derived]
     notes = []
     if not command:
         notes.append("no command given after --: python3 train.py shown")
@@ -339,10 +296,10 @@ def adapter_roles(stack: Stack, instance_type: str, nodes: int, launcher: str | 
             for index in sorted({0, nodes - 1})]
 
 
-def role_facts(stack: Stack, role: Role) -> NodeFacts:
+def role_facts(matrix: Matrix, stack: Stack, role: Role) -> NodeFacts:
     """The stack's declared facts on the role's instance type, with the devices the scheduler
     passes into the role's container (an MPIJob launcher gets none)."""
-    facts = copy.copy(stack_facts(stack, get_instance_type(role.instance_type)))
+    facts = copy.copy(stack_facts(matrix, stack, get_instance_type(role.instance_type)))
     devices = role.devices
     facts.gpus, facts.hpus = devices.gpus, devices.hpus
     facts.efa_devices = [f"uverbs{i}" for i in range(devices.efa)]
@@ -353,19 +310,19 @@ def role_facts(stack: Stack, role: Role) -> NodeFacts:
     return facts
 
 
-def role_environment(stack: Stack, role: Role) -> dict[str, str]:
-    """What the role's entrypoint reads in its dry run: the image's variables, then the role's
-    (the scheduler's override the image's), with ``MNP_DRY_RUN=1``."""
-    return dict(IMAGE_ENV, **role.env, MNP_DRY_RUN="1")
+def role_environment(matrix: Matrix, stack: Stack, role: Role) -> dict[str, str]:
+    """What the role's entrypoint reads in its dry run: the image's variables (its templates'
+    ENV), then the role's (the scheduler's override the image's), with ``MNP_DRY_RUN=1``."""
+    return dict(declared_image(matrix, stack).env, **role.env, MNP_DRY_RUN="1")
 
 
-def role_dry_run(stack: Stack, role: Role) -> Section:
+def role_dry_run(matrix: Matrix, stack: Stack, role: Role) -> Section:
     """The role's dry run: the entrypoint's own ``dry_run_plan`` on the role's environment and
     arguments, with the stack's declared facts. A file the scheduler mounts (an MPIJob's
     hostfile) is written to a temporary folder for the entrypoint to read, and named in the
     plan by the path the scheduler mounts it at."""
-    env = role_environment(stack, role)
-    facts = role_facts(stack, role)
+    env = role_environment(matrix, stack, role)
+    facts = role_facts(matrix, stack, role)
     with tempfile.TemporaryDirectory() as tmp:
         moved = {}
         for index, (path, content) in enumerate(sorted(role.files.items())):
