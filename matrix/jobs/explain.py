@@ -239,7 +239,8 @@ WRITERS = {"batch": "invoke jobdef", "slurm": "invoke sbatch", "pytorchjob": "in
            "pytorchjob", "trainjob": "invoke k8s --kind trainjob",
            "mpijob": "invoke k8s --kind mpijob"}
 # What the dry run shows that only the node itself can know (placeholders here).
-NODE_ONLY = ("its address and interface", "fi_info's answer", "/dev/shm and free space")
+NODE_ONLY = ("its address and interface", "fi_info's answer", "/dev/shm and free space",
+             "the LC_CTYPE its python3 sets when LANG is unset (PEP 538)")
 # The image reference the writers are given: the plan never reads it.
 IMAGE_URI = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp-stacks@sha256:" + "0" * 64
 
