@@ -94,7 +94,7 @@ def _installs(layer: Any, stack: Stack, images: Path, archs: tuple[str, ...]) ->
 
 def env_instructions(dockerfile: str, env: dict[str, str]) -> dict[str, str]:
     """The variables the Dockerfile's last stage sets with ``ENV``, ``$NAME`` expanded from
-    ``env`` and from earlier ones."""
+    ``env`` and from earlier instructions."""
     joined = re.sub(r"\\\n", " ", dockerfile)
     stage = re.split(r"^FROM .*$", joined, flags=re.MULTILINE)[-1]
     current = dict(env)
@@ -105,7 +105,14 @@ def env_instructions(dockerfile: str, env: dict[str, str]) -> dict[str, str]:
         words = shlex.split(line[4:], posix=True)
         pairs = ([word.partition("=")[::2] for word in words] if "=" in words[0]
                  else [(words[0], " ".join(words[1:]))])
-        for name, value in pairs:
-            expanded = _VARIABLE.sub(lambda m: current.get(m.group(1) or m.group(2), ""), value)
-            current[name] = found[name] = expanded
+        # one instruction expands every value with the variables as they were before it
+        # (https://docs.docker.com/reference/dockerfile/#environment-replacement)
+        values = {name: _expand(value, current) for name, value in pairs}
+        current.update(values)
+        found.update(values)
     return found
+
+
+def _expand(value: str, env: dict[str, str]) -> str:
+    """``$NAME`` and ``${NAME}`` in ``value`` from ``env`` (unset: empty)."""
+    return _VARIABLE.sub(lambda match: env.get(match.group(1) or match.group(2), ""), value)
