@@ -1,12 +1,18 @@
-"""``invoke explain``: the plan the main node of a stack would run on an instance type, without
-hardware, without an image and without a build.
+"""``invoke explain``: every role of a job as its scheduler would start it, each with what that
+role's own dry run prints, without hardware, without an image and without a build.
 
-The settings are the ones ``invoke jobdef`` writes into the job definition
-(:func:`matrix.jobs.jobdef.mnp_environment`, with the stack's fabric) plus the Batch variables of the
-main node (index 0 of N). The node facts come from the stack's declared versions
-(:meth:`matrix.model.entities.Stack.versions`: components, and what bases and components ``provide``) and
-from the instance table (:data:`matrix.model.instances.INSTANCE_TYPES`). Then the entrypoint's own
-:func:`entrypoint.plan.make_plan` decides, exactly as it does on the node.
+1. The job is written as the scheduler's writer writes it (``invoke jobdef``, ``sbatch``, ``k8s``:
+   their build functions) and each role is read back from it (:mod:`matrix.jobs.roles`: the
+   environment, arguments, devices and mounted files the scheduler gives that pod/task/node).
+   A scheduler the entrypoint has an adapter for but no task writes a job for is explained from
+   its adapter's ``example`` (:func:`adapter_roles`).
+2. Each role's node facts are declarations: versions from stacks.yaml, programs, library folders
+   and plugins from the stack's templates and its ENV (:mod:`matrix.image.declared`), devices as
+   the scheduler passes them to that role; what only a node can probe is a placeholder
+   (:data:`NODE_ONLY`).
+3. The entrypoint's own dry-run path (:func:`entrypoint.run.main.dry_run_plan`, what
+   ``Runner.dry_run`` prints) plans the role, so explain holds no copy of its decisions;
+   tests/test_explain_roles.py compares every section with the role's dry run run as a process.
 """
 
 from __future__ import annotations
@@ -43,10 +49,9 @@ DEEPSPEED_FORKS = {
     },
 }
 PLACEHOLDER_COMMAND = ["python3", "train.py"]
-# What ``--scheduler`` accepts: the schedulers a job is submitted to (``rank`` and ``single`` are
-# what the entrypoint finds inside a job, not schedulers to explain a job for).
-# The schedulers a job is submitted to: the entrypoint's adapters that say so (a new adapter
-# module is one more, with no edit here).
+# What ``--scheduler`` accepts: the schedulers a job is submitted to, the entrypoint's adapters
+# that say so (``rank`` and ``single`` are what it finds inside a job; a new adapter module is
+# one more, with no edit here).
 SCHEDULERS = tuple(adapter.NAME for adapter in ep_schedulers.ORDER if adapter.SUBMITTED)
 RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2")  # an elastic PyTorchJob's rdzvBackend
 
