@@ -22,7 +22,7 @@ import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from entrypoint import launchers
 from entrypoint import schedulers as ep_schedulers
@@ -30,13 +30,14 @@ from entrypoint.core.limits import MAX_NODES
 from entrypoint.plan import make as ep_plan
 from entrypoint.probe import facts as ep_facts
 from entrypoint.probe.facts import NodeFacts
-from entrypoint.run import main as ep_main
 from entrypoint.settings import config
 from matrix.errors import UsageError
-from matrix.jobs.roles import Role
 from matrix.model.drivers import driver_floor
 from matrix.model.entities import Matrix, Stack, comparable
 from matrix.model.instances import INSTANCE_TYPES, InstanceType, get_instance_type
+
+if TYPE_CHECKING:  # imported where used: listing the schedulers (tab completion) stays quick
+    from matrix.jobs.roles import Role
 
 # A fork's own version -> the upstream DeepSpeed release it is based on (what decides how the
 # launcher passes the environment on).
@@ -289,7 +290,7 @@ def adapter_roles(stack: Stack, instance_type: str, nodes: int, launcher: str | 
     ``MNP_*`` settings every writer writes (``spec.mnp_environment``) and the instance's devices.
     """
     from matrix.jobs import spec
-    from matrix.jobs.roles import Devices
+    from matrix.jobs.roles import Devices, Role
 
     instance = get_instance_type(instance_type)
     settings = spec.mnp_environment(instance, launcher or "mpirun", stack.fabric,
@@ -327,6 +328,8 @@ def role_dry_run(matrix: Matrix, stack: Stack, role: Role) -> Section:
     arguments, with the stack's declared facts. A file the scheduler mounts (an MPIJob's
     hostfile) is written to a temporary folder for the entrypoint to read, and named in the
     plan by the path the scheduler mounts it at."""
+    from entrypoint.run import main as ep_main
+
     env = role_environment(matrix, stack, role)
     facts = role_facts(matrix, stack, role)
     with tempfile.TemporaryDirectory() as tmp:
