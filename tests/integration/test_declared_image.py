@@ -7,6 +7,7 @@ machine builds: cpu-tcp (Debian's packages) and the CUDA TCP stack (pip wheels, 
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
@@ -52,3 +53,17 @@ def test_the_templates_declare_what_the_built_image_holds(docker_client, request
     for name, value in facts.env.items():
         if name not in WRAPPER_SETS:
             assert found.get(name) == value, (name, value, found.get(name))
+
+
+def test_the_node_finds_the_nccl_the_stack_declares(docker_client, cuda_tcp_build):
+    """The CUDA 13.2 stacks install NCCL from NVIDIA's wheel (a bare libnccl.so.2): the node's
+    own dry run must find the version stacks.yaml declares (explain plans with it)."""
+    from matrix.jobs.explain import _declared_versions
+
+    image = cuda_tcp_build.chains[CUDA_STACK][-1]
+    env = {"MNP_DRY_RUN": "json", "MNP_FABRIC": "tcp"}
+    out = docker_client.containers.run(image, ["python3", "train.py"], environment=env,
+                                       remove=True, stderr=False, labels={"mnp-test": "1"})
+    probed = json.loads(out.decode())["facts"]["versions"]
+    declared = _declared_versions(MATRIX.stack(CUDA_STACK))[0]
+    assert probed.get("nccl") == declared["nccl"], (probed, declared)
