@@ -34,7 +34,7 @@ def test_every_stack_on_each_of_its_instances(stack, itype, capsys):
     assert "role: main, node 0 of 3" in text and "command: " in text
     deploy.explain(str(ROOT / "stacks.yaml"), stack, itype, "3", "mpirun", True,
                 ["python3", "train.py"])
-    data = json.loads(capsys.readouterr().out)
+    data = json.loads(capsys.readouterr().out)["roles"][0]["plan"]  # the main node's dry run
     instance = INSTANCE_TYPES[itype]
     assert data["problems"] == [], data["problems"]
     assert data["slots"]["count"] == instance.slots_per_node()
@@ -58,7 +58,7 @@ def test_a_plan_with_problems_exits_1(as_json):
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     if as_json:
-        assert json.loads(proc.stdout)["problems"]
+        assert json.loads(proc.stdout)["roles"][0]["plan"]["problems"]
     else:
         assert "PROBLEM (a real run stops here): torchrun needs PyTorch" in proc.stdout
 
@@ -102,7 +102,7 @@ def test_invoke_explain_json_from_the_command_line():
                            "python3", "-m", "pkg.train", "--lr", "1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)
+    data = json.loads(proc.stdout)["roles"][0]["plan"]
     assert data["argv"][-4:] == ["-m", "pkg.train", "--lr", "1"]
     env = {e["name"]: e["value"] for e in data["env"]}
     assert env["NCCL_SOCKET_IFNAME"] == "=eth0"  # NCCL 2.20.5 (torch) and 2.21.5
@@ -112,8 +112,8 @@ def test_invoke_explain_json_from_the_command_line():
 
 
 def test_an_instance_outside_the_stack_is_explained_with_a_note():
-    plan = explain(MATRIX, "cpu-tcp", "hpc6a.48xlarge", 2).plan
-    assert any("not one of cpu-tcp's instances" in note for note in plan.notes)
+    result = explain(MATRIX, "cpu-tcp", "hpc6a.48xlarge", 2)
+    assert any("not one of cpu-tcp's instances" in note for note in result.notes)
 
 
 def test_a_stack_without_cuda_on_a_gpu_instance_is_refused():
@@ -194,12 +194,13 @@ def test_explain_refuses_a_node_count_the_entrypoint_would_refuse(nodes):
         explain(MATRIX, "cpu-tcp", "c5n.18xlarge", nodes)
 
 
-# role, launcher unit and the start of the command each scheduler's node 0 gets (issue 15)
+# role, launcher unit and the start of the command each scheduler's node 0 gets (issue 15), with
+# the names the writer gives the job (invoke k8s: mnp-<stack>)
 SCHEDULED = {
     "batch": ("main", "mpirun", "rendezvous"),
     "slurm": ("main", "torchrun", "--master_addr node1"),
-    "pytorchjob": ("main", "torchrun", "--master_addr job-master-0 --master_port 23456"),
-    "trainjob": ("main", "torchrun", "--master_addr tj-node-0-0.tj --master_port 29500"),
+    "pytorchjob": ("main", "torchrun", "--master_addr mnp-cpu-tcp-master-0 --master_port 23456"),
+    "trainjob": ("main", "torchrun", "--master_addr mnp-cpu-tcp-node-0-0.mnp-cpu-tcp --master_port 29500"),
     "mpijob": ("launcher", "mpirun", "mpirun --allow-run-as-root -np 108"),  # 3 workers x 36
 }
 
@@ -233,8 +234,8 @@ def test_an_ssh_launcher_under_a_scheduler_that_serves_no_ssh_is_a_problem():
 
 def test_the_mpijob_launcher_counts_the_operators_hostfile_and_names_its_mount():
     plan = explain(MATRIX, "cpu-tcp", "c5n.18xlarge", 2, None, scheduler="mpijob").plan
-    assert plan.role["node"]["hosts"] == ["job-worker-0.job.default.svc",
-                                          "job-worker-1.job.default.svc"]
+    assert plan.role["node"]["hosts"] == ["mnp-cpu-tcp-worker-0.mnp-cpu-tcp.default.svc",
+                                          "mnp-cpu-tcp-worker-1.mnp-cpu-tcp.default.svc"]
     assert plan.environment["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
     assert "/etc/mpi/hostfile (OMPI_MCA_orte_default_hostfile)" in plan.role["node"]["extra"][
         "hostfile"]
@@ -268,7 +269,7 @@ def test_invoke_explain_scheduler_from_the_command_line(scheduler, role):
     proc = invoke_explain("--stack", "cpu-tcp", "--instance-type", "c5n.18xlarge", "--nodes",
                           "3", "--scheduler", scheduler, "--json")
     assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)
+    data = json.loads(proc.stdout)["roles"][0]["plan"]
     assert data["role"]["scheduler"] == scheduler
     expected = "torchrun" if scheduler in ("slurm", "pytorchjob", "trainjob") else "mpirun"
     assert data["launcher"]["unit"] == expected
@@ -296,5 +297,5 @@ def test_invoke_explain_runs_the_stacks_own_mpirun(stack, itype, mpirun):
     """Issue 25: cuda10.1-tcp builds Open MPI into /opt/openmpi; explain printed /usr/bin/mpirun."""
     proc = invoke_explain("--stack", stack, "--instance-type", itype)
     assert proc.returncode == 0, proc.stderr
-    (command,) = [line for line in proc.stdout.splitlines() if line.startswith("command: ")]
+    command = [line for line in proc.stdout.splitlines() if line.startswith("command: ")][0]
     assert command.startswith(f"command: {mpirun} --allow-run-as-root"), command

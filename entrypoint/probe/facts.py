@@ -134,12 +134,26 @@ def _first_file(root, patterns):
 
 
 def nccl_version(root="/"):
-    """``(version, where)`` from a ``libnccl.so.2.X.Y`` file name, or ``(None, None)``."""
+    """``(version, where)`` from a ``libnccl.so.2.X.Y`` file name; else from NVIDIA's NCCL wheel
+    (``nccl_wheel_version``); else ``(None, None)``."""
     path = _first_file(root, NCCL_LIB_GLOBS)
-    if path is None:
-        return None, None
-    match = re.search(r"libnccl\.so\.(\d+\.\d+\.\d+)$", path)
-    return (match.group(1), path) if match else (None, None)
+    match = re.search(r"libnccl\.so\.(\d+\.\d+\.\d+)$", path) if path else None
+    if match:
+        return match.group(1), path
+    return nccl_wheel_version(root)
+
+
+def nccl_wheel_version(root="/"):
+    """``(version, where)`` of NVIDIA's NCCL wheel (``nvidia-nccl-cuXX``: a pip-installed NCCL,
+    whose library is a bare ``libnccl.so.2``, so its file name has no version) from its
+    dist-info directory name, or ``(None, None)``."""
+    for site in SITE_GLOBS:
+        for base in sorted(glob.glob(_under(root, site))):
+            for path in sorted(glob.glob(os.path.join(base, "nvidia_nccl_cu*-*.dist-info"))):
+                match = re.match(r"^nvidia_nccl_cu\d+-(\d+\.\d+\.\d+)", os.path.basename(path))
+                if match:
+                    return match.group(1), path
+    return None, None
 
 
 def python_package_version(name, root="/"):

@@ -159,10 +159,14 @@ class Runner(NodeHost):
                 "plain": os.path.join(cfg.state_dir, "hostfile.plain"),
                 "intel": os.path.join(cfg.state_dir, "hostfile.intel")}
 
+    def dry_run_plan(self):
+        """The plan the dry run prints: ``make_plan`` with the hostfiles this role writes."""
+        return self.make_plan(None, self.hostfile_paths())
+
     def dry_run(self):
         """Print the plan; exit 1 when it has problems (a real run would stop at the first),
         the same rule as ``invoke explain``, so a pre-flight check can gate on the exit code."""
-        plan = self.make_plan(None, self.hostfile_paths())
+        plan = self.dry_run_plan()
         if self.cfg.dry_run == "json":
             out(json.dumps(plan.to_dict(), indent=2, sort_keys=True))
         else:
@@ -344,6 +348,16 @@ class Runner(NodeHost):
                 log("%s: stopping the launcher" % failure.reason)
                 self.sup.terminate(launcher, min(cfg.stop_timeout, 10))
                 return failure
+
+
+def dry_run_plan(cfg, command, environ, node_facts):
+    """The plan this node's dry run prints (``Runner.dry_run``) had its probe found
+    ``node_facts``: ``invoke explain`` prints it for every role of a generated job, with the facts
+    the stack's image declares, so what it shows is this code's decision, not a copy of it."""
+    runner = Runner(cfg, command, environ)
+    runner.facts = node_facts
+    runner.plan = runner.make_plan(None, None)  # what ``probe`` makes before the dry run
+    return runner.dry_run_plan()
 
 
 def main(argv=None):

@@ -258,7 +258,7 @@ def _refuse_problems(matrix: Matrix, stack: str, instance_type: str, nodes: int,
     from matrix.jobs import explain as ex
 
     problems = ex.explain(matrix, stack, instance_type, nodes, launcher, command,
-                          scheduler=scheduler).plan.stops()
+                          scheduler=scheduler).stops()
     if problems:
         raise UserError(f"stack {stack} with launcher {launcher} on {nodes} x {instance_type} "
                         f"under {scheduler}: " + SEPARATOR.join(problems) + " (a real run stops "
@@ -325,7 +325,7 @@ def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
 def explain(stacks_file: str, stacks: Any, instance_type: str | None, nodes: Any,
             launcher: str | None, as_json: bool, command: list[str], scheduler: str = "batch",
             rdzv: str | None = None) -> None:
-    """Print the main node's plan. A mistake in the command line (an unknown stack, instance or
+    """Print each role's dry-run plan. A mistake in the command line (an unknown stack, instance or
     launcher, a bad --nodes) is one line and exit status 2; a pair jobdef refuses is one line
     and 1; a plan with problems (a real run stops there) is printed and exits 1."""
     from matrix.jobs import explain as ex
@@ -356,6 +356,6 @@ def explain(stacks_file: str, stacks: Any, instance_type: str | None, nodes: Any
         print(result.json())
     else:
         print(result.text())
-    if result.plan.stops():
+    if result.stops():
         # a real run stops at these: a script or CI calling explain must see it fail
         sys.exit(EXIT_CANNOT)

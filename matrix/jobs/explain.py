@@ -1,32 +1,43 @@
-"""``invoke explain``: the plan the main node of a stack would run on an instance type, without
-hardware, without an image and without a build.
+"""``invoke explain``: every role of a job as its scheduler would start it, each with what that
+role's own dry run prints, without hardware, without an image and without a build.
 
-The settings are the ones ``invoke jobdef`` writes into the job definition
-(:func:`matrix.jobs.jobdef.mnp_environment`, with the stack's fabric) plus the Batch variables of the
-main node (index 0 of N). The node facts come from the stack's declared versions
-(:meth:`matrix.model.entities.Stack.versions`: components, and what bases and components ``provide``) and
-from the instance table (:data:`matrix.model.instances.INSTANCE_TYPES`). Then the entrypoint's own
-:func:`entrypoint.plan.make_plan` decides, exactly as it does on the node.
+1. The job is written as the scheduler's writer writes it (``invoke jobdef``, ``sbatch``, ``k8s``:
+   their build functions) and each role is read back from it (:mod:`matrix.jobs.roles`: the
+   environment, arguments, devices and mounted files the scheduler gives that pod/task/node).
+   A scheduler the entrypoint has an adapter for but no task writes a job for is explained from
+   its adapter's ``example`` (:func:`adapter_roles`).
+2. Each role's node facts are declarations: versions from stacks.yaml, programs, library folders
+   and plugins from the stack's templates and its ENV (:mod:`matrix.image.declared`), devices as
+   the scheduler passes them to that role; what only a node can probe is a placeholder
+   (:data:`NODE_ONLY`).
+3. The entrypoint's own dry-run path (:func:`entrypoint.run.main.dry_run_plan`, what
+   ``Runner.dry_run`` prints) plans the role, so explain holds no copy of its decisions;
+   tests/test_explain_roles.py compares every section with the role's dry run run as a process.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from entrypoint import launchers, schedulers
+from entrypoint import launchers
 from entrypoint import schedulers as ep_schedulers
 from entrypoint.core.limits import MAX_NODES
 from entrypoint.plan import make as ep_plan
+from entrypoint.probe import facts as ep_facts
 from entrypoint.probe.facts import NodeFacts
 from entrypoint.settings import config
 from matrix.errors import UsageError
 from matrix.model.drivers import driver_floor
 from matrix.model.entities import Matrix, Stack, comparable
-from matrix.model.instances import INSTANCE_TYPES, InstanceType
+from matrix.model.instances import INSTANCE_TYPES, InstanceType, get_instance_type
+
+if TYPE_CHECKING:  # imported where used: listing the schedulers (tab completion) stays quick
+    from matrix.jobs.roles import Role
 
 # A fork's own version -> the upstream DeepSpeed release it is based on (what decides how the
 # launcher passes the environment on).
@@ -38,19 +49,10 @@ DEEPSPEED_FORKS = {
                            "fork of DeepSpeed 0.6.1"),
     },
 }
-# Where components put the files the plan looks for (as their Dockerfile.j2 install them).
-EFA_LIBDIRS = ("/opt/amazon/efa/lib", "/opt/amazon/openmpi/lib")
-# The EFA installer's own copy of aws-ofi-nccl (installers >= 1.38.0).
-EFA_PLUGIN_DIR = "/opt/amazon/ofi-nccl/lib"
-PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# what the image gives every job: its PATH, root's HOME, and the PYTHONPATH that
-# /usr/local/bin/mnp-entrypoint sets (docs/entrypoint.md "Image contract")
-IMAGE_ENV = {"PATH": PATH, "HOME": "/root", "PYTHONPATH": "/opt/mnp/lib"}
 PLACEHOLDER_COMMAND = ["python3", "train.py"]
-# What ``--scheduler`` accepts: the schedulers a job is submitted to (``rank`` and ``single`` are
-# what the entrypoint finds inside a job, not schedulers to explain a job for).
-# The schedulers a job is submitted to: the entrypoint's adapters that say so (a new adapter
-# module is one more, with no edit here).
+# What ``--scheduler`` accepts: the schedulers a job is submitted to, the entrypoint's adapters
+# that say so (``rank`` and ``single`` are what it finds inside a job; a new adapter module is
+# one more, with no edit here).
 SCHEDULERS = tuple(adapter.NAME for adapter in ep_schedulers.ORDER if adapter.SUBMITTED)
 RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2")  # an elastic PyTorchJob's rdzvBackend
 
@@ -60,20 +62,55 @@ class ExplainError(UsageError):
     (a pair the rules refuse is :func:`matrix.jobs.jobdef.check_pair`'s UserError: 1)."""
 
 
-@dataclass(frozen=True)
-class Explained:
+@dataclass
+class Section:
+    """One role of the generated job and the plan its own dry run prints."""
+
+    role: Role
     plan: ep_plan.Plan
-    header: str
 
     def text(self) -> str:
-        return self.plan.text(header=self.header)
+        """Exactly what the role's entrypoint prints with ``MNP_DRY_RUN=1``."""
+        return self.plan.text()
+
+
+@dataclass
+class Explained:
+    header: str
+    sections: list[Section]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def plan(self) -> ep_plan.Plan:
+        """The first role's plan: Batch's main node, Slurm's node 0, a PyTorchJob's master,
+        an MPIJob's launcher."""
+        return self.sections[0].plan
+
+    def stops(self) -> list[str]:
+        """What stops any role at start (each line names its role)."""
+        return [f"{section.role.name}: {line}" for section in self.sections
+                for line in section.plan.stops()]
+
+    def text(self) -> str:
+        lines = [self.header] + [f"note: {note}" for note in self.notes]
+        for section in self.sections:
+            lines += ["", f"=== {section.role.name}: {role_title(section.role)} ===",
+                      section.text()]
+        return "\n".join(lines)
 
     def json(self) -> str:
-        return json.dumps(self.plan.to_dict(), indent=2, sort_keys=True)
+        return json.dumps({"header": self.header, "notes": self.notes,
+                           "roles": [{"name": section.role.name, "argv": section.role.argv,
+                                      "plan": section.plan.to_dict()}
+                                     for section in self.sections]}, indent=2, sort_keys=True)
 
 
-def _version_at_least(version: str | None, minimum: str) -> bool:
-    return bool(version) and comparable(version) >= comparable(minimum)
+def role_title(role: Role) -> str:
+    """Where the role runs and what the scheduler passes in, in a few words."""
+    devices = role.devices
+    passed = ", ".join(f"{count} {what}" for count, what in (
+        (devices.gpus, "GPUs"), (devices.hpus, "HPUs"), (devices.efa, "EFA devices")) if count)
+    return f"{role.instance_type}, {passed or 'no devices'} passed in"
 
 
 def _nccl(stack: Stack, versions: dict[str, str]) -> tuple[str | None, str]:
@@ -90,40 +127,12 @@ def _nccl(stack: Stack, versions: dict[str, str]) -> tuple[str | None, str]:
     return min(found, key=lambda item: comparable(item[0]))
 
 
-def _plugin_path(stack: Stack) -> str | None:
-    """Where the stack's aws-ofi-nccl plugin is: its own layer's prefix, or the EFA installer's
-    bundled copy when the efa layer ``provides`` it (EFA changelog 1.38.0: bundled under
-    /opt/amazon/ofi-nccl, a directory the entrypoint searches, ``entrypoint.fabric.PLUGIN_GLOBS``;
-    plugins >= 1.15 keep a libnccl-net.so name beside libnccl-net-ofi.so, changelog 1.42.0)."""
-    plugin = stack.layer("aws-ofi-nccl")
-    if plugin:
-        return (plugin.spec.get("options", {}).get("prefix", "/opt/aws-ofi-nccl")
-                + "/lib/libnccl-net.so")
-    efa = stack.layer("efa")
-    if efa and "aws-ofi-nccl" in (efa.spec.get("provides") or {}):
-        return EFA_PLUGIN_DIR + "/libnccl-net.so"
-    return None
-
-
-def _openmpi_tool(stack: Stack, tool: str) -> str | None:
-    """Where the stack's own Open MPI layer puts ``tool``: under the prefix it is built into
-    from the release tarball (options.prefix, e.g. /opt/openmpi: images/openmpi/Dockerfile.j2
-    puts prefix/bin on PATH), else the distribution's /usr/bin; None without such a layer."""
-    layer = stack.layer("openmpi")
-    if layer is None:
-        return None
-    prefix = (layer.spec.get("options") or {}).get("prefix")
-    return f"{prefix}/bin/{tool}" if prefix else f"/usr/bin/{tool}"
-
-
-def stack_facts(stack: Stack, instance: InstanceType) -> NodeFacts:
-    """What a node of ``stack`` on ``instance`` has, from declarations only."""
-    components = {layer.component for layer in stack.layers}
+def stack_facts(matrix: Matrix, stack: Stack, instance: InstanceType) -> NodeFacts:
+    """What a node of ``stack`` on ``instance`` has, from declarations only: the versions in
+    stacks.yaml, the programs, library folders and plugins its templates say they install
+    (:func:`matrix.image.declared.image_facts`) and the instance table's devices."""
+    image = declared_image(matrix, stack)
     versions, sources = _declared_versions(stack)
-    efa_software = "efa" in components or "synapseai" in components
-    binaries = _binaries(components, versions, efa_software, _openmpi_tool(stack, "mpirun"))
-    plugin_path = _plugin_path(stack)
-    wrapper = stack.layer("hccl-ofi-wrapper")
     # invoke jobdef passes the uverbs devices in only when the stack's fabric is efa
     efa_devices = ([f"uverbs{i}" for i in range(instance.efa_interfaces)]
                    if stack.fabric == "efa" else [])
@@ -132,7 +141,7 @@ def stack_facts(stack: Stack, instance: InstanceType) -> NodeFacts:
         instance_type=instance.name,
         instance_source="MNP_INSTANCE_TYPE (set by invoke jobdef)",
         gpus=instance.gpus, hpus=instance.hpus, efa_devices=efa_devices,
-        fi_info_efa=True if efa_software else None,
+        fi_info_efa=image.fi_info_efa,
         # AWS Batch MNP runs awsvpc: the container's eth0 is its own ENI, an ENA device.
         nic_vendor="0x1d0f", interface="eth0", address="<node-0>",
         address_reason="route lookup on the node (placeholder: nothing probed)",
@@ -140,15 +149,28 @@ def stack_facts(stack: Stack, instance: InstanceType) -> NodeFacts:
         slots_source=(f"instance table: {instance.gpus} GPUs" if instance.gpus else
                       f"instance table: {instance.hpus} HPUs" if instance.hpus else
                       "no GPU or HPU on this instance type: 1"),
-        versions=versions, version_sources=sources, binaries=binaries,
-        plugin_path=plugin_path,
-        hccl_wrapper=(wrapper.spec.get("options", {}).get("install_dir", "/usr/lib/habanalabs")
-                      + "/libhccl_ofi_wrapper.so") if wrapper else None,
-        libdirs=list(EFA_LIBDIRS) if efa_software else [],
+        versions=versions, version_sources=sources,
+        binaries={name: image.programs.get(name)
+                  for name in sorted(set(ep_facts.BINARIES) | set(image.programs))},
+        plugin_path=image.plugin, hccl_wrapper=image.hccl_wrapper, libdirs=list(image.libdirs),
         is_root=True, user="root", home="/root",
-        origin=f"declared: stacks.yaml stack {stack.name} and the instance table row "
-               f"{instance.name} (no hardware, image or build)",
+        origin=f"declared: stacks.yaml stack {stack.name}, its templates' installs and the "
+               f"instance table row {instance.name} (no hardware, image or build)",
     )
+
+
+_DECLARED: dict[tuple[str, str], Any] = {}
+
+
+def declared_image(matrix: Matrix, stack: Stack) -> Any:
+    """The stack's image as its templates declare it (``matrix.image.declared.ImageFacts``),
+    rendered once per process; imported here, so listing schedulers renders nothing."""
+    from matrix.image.declared import image_facts
+
+    key = (str(matrix.path), stack.name)
+    if key not in _DECLARED:
+        _DECLARED[key] = image_facts(matrix, stack)
+    return _DECLARED[key]
 
 
 def _declared_versions(stack: Stack) -> tuple[dict[str, str], dict[str, str]]:
@@ -176,60 +198,163 @@ def _declared_versions(stack: Stack) -> tuple[dict[str, str], dict[str, str]]:
     return versions, sources
 
 
-def _binaries(components: set[str], versions: dict[str, str], efa_software: bool,
-              own_mpirun: str | None) -> dict[str, str | None]:
-    """Where the stack's layers put each program the entrypoint looks for (None: absent);
-    ``own_mpirun``: the stack's own Open MPI layer's mpirun, if it has one."""
-    return {
-        "python3": "/usr/bin/python3",
-        "mpirun": "/opt/amazon/openmpi/bin/mpirun" if efa_software else own_mpirun,
-        "sshd": "/usr/sbin/sshd" if "ssh" in components else None,
-        "deepspeed": "/usr/local/bin/deepspeed" if versions.get("deepspeed") else None,
-        "torchrun": "/usr/local/bin/torchrun"
-        if _version_at_least(versions.get("pytorch"), "1.10.0") else None,
-        "pdsh": "/usr/bin/pdsh" if "pdsh" in components else None,
-        "fi_info": "/opt/amazon/efa/bin/fi_info" if efa_software else (
-            "/usr/bin/fi_info" if "libfabric" in components else None),
-    }
-
-
 def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
             launcher: str | None = "mpirun", command: list[str] | None = None,
             scheduler: str = "batch", rdzv: str | None = None) -> Explained:
-    """The main node's plan under ``scheduler``: the environment that scheduler's adapter says
-    node 0 gets (``example(nodes, 0)``; an MPIJob's launcher). ``launcher=None`` leaves
-    ``MNP_LAUNCHER`` unset, so the scheduler's role picks it (mpirun on Batch and for a launcher,
-    torchrun on a node of Slurm, a PyTorchJob or a TrainJob). ``rdzv`` (c10d, etcd, etcd-v2)
-    makes the PyTorchJob elastic, with that rendezvous backend. Raises :class:`ExplainError` for
-    unknown names or bad numbers, and :func:`matrix.jobs.jobdef.check_pair`'s UserError for a
-    pair it refuses."""
+    """Every role of the job ``scheduler``'s writer generates, each with the plan its own dry run
+    prints. ``launcher=None`` leaves ``MNP_LAUNCHER`` out of what the writer wrote, so each role
+    picks its own (mpirun on Batch and for a launcher, torchrun or torch.distributed.launch on a
+    node of Slurm, a PyTorchJob or a TrainJob). ``rdzv`` (c10d, etcd, etcd-v2) makes the
+    PyTorchJob elastic, with that rendezvous backend. Raises :class:`ExplainError` for unknown
+    names or bad numbers, and :func:`matrix.jobs.jobdef.check_pair`'s UserError for a pair it
+    refuses."""
     from matrix.jobs import jobdef
 
     _check_request(matrix, stack_name, instance_type, nodes, launcher, scheduler, rdzv)
     stack = matrix.stacks[stack_name]
-    instance = INSTANCE_TYPES[instance_type]
     # the check invoke jobdef makes: the stack's rules as if it targeted only this type
     jobdef.check_pair(stack, instance_type)
-    settings = jobdef.mnp_environment(instance, launcher or "mpirun", stack.fabric,
-                                      jobdef.DEFAULT_WAIT_TIMEOUT_S, None)
-    env = _main_node_environment(settings, nodes, launcher, scheduler, rdzv)
-    facts = stack_facts(stack, instance)
-    plan = _scheduled_plan(env, facts, list(command or PLACEHOLDER_COMMAND), scheduler, nodes,
-                           instance.slots_per_node())
+    given = list(command or PLACEHOLDER_COMMAND)
+    derived = artefact_roles(stack, instance_type, nodes, launcher, given, scheduler, rdzv)
+    if launcher is None:
+        for role in derived:
+            role.env.pop("MNP_LAUNCHER", None)
+    sections = [role_dry_run(matrix, stack, role) for role in derived]
+    notes = []
     if not command:
-        plan.notes.append("no command given after --: python3 train.py shown")
+        notes.append("no command given after --: python3 train.py shown")
     floor = driver_floor(stack)
     if floor:
-        plan.notes.append("hosts need " + floor.line())
+        notes.append("hosts need " + floor.line())
     if instance_type not in stack.instances:
-        plan.notes.append(f"{instance_type} is not one of {stack_name}'s instances "
-                          f"({', '.join(stack.instances)}): shown as asked")
-    who = "the launcher" if plan.role["mode"] == "launcher" else "main node"
-    header = (f"invoke explain: {who} of stack {stack_name} on {nodes} x {instance_type} under "
-              f"{scheduler}, launcher {plan.launcher['unit']} (settings as invoke jobdef writes "
-              "them, the scheduler's variables from its adapter's example; facts from "
-              "stacks.yaml and the instance table; nothing probed)")
-    return Explained(plan, header)
+        notes.append(f"{instance_type} is not one of {stack_name}'s instances "
+                     f"({', '.join(stack.instances)}): shown as asked")
+    unit = sections[0].plan.launcher["unit"]
+    header = (f"invoke explain: stack {stack_name} on {nodes} x {instance_type} under "
+              f"{scheduler}, launcher {unit}{' (each role picks)' if launcher is None else ''}: "
+              + (f"each role of what {WRITERS[scheduler]} writes" if scheduler in WRITERS
+                 else "each role the adapter's example describes")
+              + ", with what its own dry run "
+              f"(MNP_DRY_RUN=1) prints. Facts from the stack's declarations and the instance "
+              f"table; only a node can probe {', '.join(NODE_ONLY)}")
+    return Explained(header, sections, notes)
+
+
+# The task that writes each scheduler's artefact (what ``explain`` derives the roles from).
+WRITERS = {"batch": "invoke jobdef", "slurm": "invoke sbatch", "pytorchjob": "invoke k8s --kind "
+           "pytorchjob", "trainjob": "invoke k8s --kind trainjob",
+           "mpijob": "invoke k8s --kind mpijob"}
+# What the dry run shows that only the node itself can know (placeholders here).
+NODE_ONLY = ("its address and interface", "fi_info's answer", "/dev/shm and free space",
+             "the LC_CTYPE its python3 sets when LANG is unset (PEP 538)")
+# The image reference the writers are given: the plan never reads it.
+IMAGE_URI = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp-stacks@sha256:" + "0" * 64
+
+
+def artefact_roles(stack: Stack, instance_type: str, nodes: int, launcher: str | None,
+                   command: list[str], scheduler: str, rdzv: str | None) -> list[Role]:
+    """What ``scheduler``'s writer generates for the job, read back role by role
+    (:mod:`matrix.jobs.roles`). ``launcher=None``: the launcher the writer writes by default."""
+    from matrix.jobs import jobdef, k8s, roles, sbatch
+
+    if scheduler not in WRITERS:
+        return adapter_roles(stack, instance_type, nodes, launcher, command, scheduler)
+    if scheduler == "batch":
+        definition = jobdef.definition_for_stack(stack, nodes, instance_type, IMAGE_URI,
+                                                 command=command, launcher=launcher or "mpirun")
+        return roles.batch_roles(definition)
+    if scheduler == "slurm":
+        # no launcher: one task per node (any launcher but a per-rank one), each picks its own
+        script = sbatch.build_sbatch_script(stack.name, nodes, instance_type, IMAGE_URI, command,
+                                            launcher=launcher or "torchrun", fabric=stack.fabric)
+        return roles.slurm_roles(script, instance_type)
+    own = k8s.LAUNCHER[scheduler]
+    manifest = k8s.build_manifest(scheduler, stack.name, nodes, instance_type, IMAGE_URI, command,
+                                  fabric=stack.fabric, elastic=(nodes, nodes) if rdzv else None,
+                                  env={"MNP_LAUNCHER": launcher} if launcher not in (None, own)
+                                  else None)
+    if rdzv:  # the writer writes c10d; another backend is this edit of its manifest
+        policy = manifest["spec"]["elasticPolicy"]
+        policy["rdzvBackend"] = rdzv
+        if rdzv.startswith("etcd"):  # the etcd server the user runs, as the adapter names it
+            endpoint = ep_schedulers.pytorchjob.elastic_example(nodes, rdzv)["PET_RDZV_ENDPOINT"]
+            host, _, port = endpoint.rpartition(":")
+            policy.update(rdzvHost=host, rdzvPort=int(port))
+    return roles.k8s_roles(manifest)
+
+
+def adapter_roles(stack: Stack, instance_type: str, nodes: int, launcher: str | None,
+                  command: list[str], scheduler: str) -> list[Role]:
+    """A scheduler the entrypoint has an adapter for but no task writes a job for: node 0 and
+    the last node as the adapter's own ``example`` says the scheduler starts them, with the
+    ``MNP_*`` settings every writer writes (``spec.mnp_environment``) and the instance's devices.
+    """
+    from matrix.jobs import spec
+    from matrix.jobs.roles import Devices, Role
+
+    instance = get_instance_type(instance_type)
+    settings = spec.mnp_environment(instance, launcher or "mpirun", stack.fabric,
+                                    spec.DEFAULT_WAIT_TIMEOUT_S, None)
+    efa = instance.efa_interfaces if stack.fabric == "efa" else 0
+    devices = Devices(instance.gpus, instance.hpus, efa)
+    return [Role(f"node {index} (the {scheduler} adapter's example; no task writes this job)",
+                 dict(settings, **ep_schedulers.MODULES[scheduler].example(nodes, index)),
+                 list(command), devices, instance.name)
+            for index in sorted({0, nodes - 1})]
+
+
+def role_facts(matrix: Matrix, stack: Stack, role: Role) -> NodeFacts:
+    """The stack's declared facts on the role's instance type, with the devices the scheduler
+    passes into the role's container (an MPIJob launcher gets none)."""
+    facts = copy.copy(stack_facts(matrix, stack, get_instance_type(role.instance_type)))
+    devices = role.devices
+    facts.gpus, facts.hpus = devices.gpus, devices.hpus
+    facts.efa_devices = [f"uverbs{i}" for i in range(devices.efa)]
+    facts.slots = devices.gpus or devices.hpus or 1
+    facts.slots_source = (f"the scheduler passed {devices.gpus} GPUs" if devices.gpus
+                          else f"the scheduler passed {devices.hpus} HPUs" if devices.hpus
+                          else "no GPU or HPU passed in: 1")
+    return facts
+
+
+def role_environment(matrix: Matrix, stack: Stack, role: Role) -> dict[str, str]:
+    """What the role's entrypoint reads in its dry run: the image's variables (its templates'
+    ENV), then the role's (the scheduler's override the image's), with ``MNP_DRY_RUN=1``."""
+    return dict(declared_image(matrix, stack).env, **role.env, MNP_DRY_RUN="1")
+
+
+def role_dry_run(matrix: Matrix, stack: Stack, role: Role) -> Section:
+    """The role's dry run: the entrypoint's own ``dry_run_plan`` on the role's environment and
+    arguments, with the stack's declared facts. A file the scheduler mounts (an MPIJob's
+    hostfile) is written to a temporary folder for the entrypoint to read, and named in the
+    plan by the path the scheduler mounts it at."""
+    from entrypoint.run import main as ep_main
+
+    env = role_environment(matrix, stack, role)
+    facts = role_facts(matrix, stack, role)
+    with tempfile.TemporaryDirectory() as tmp:
+        moved = {}
+        for index, (path, content) in enumerate(sorted(role.files.items())):
+            local = str(Path(tmp) / f"file{index}")
+            Path(local).write_text(content)
+            moved[local] = path
+            env = {k: (local if v == path else v) for k, v in env.items()}
+        plan = ep_main.dry_run_plan(config.load(env), role.argv, env, facts)
+    for local, path in moved.items():
+        _rename_in_plan(plan, local, path)
+    return Section(role, plan)
+
+
+def _rename_in_plan(plan: ep_plan.Plan, old: str, new: str) -> None:
+    """Every mention of ``old`` in the plan's data as ``new``."""
+    for name, value in list(vars(plan).items()):
+        try:
+            text = json.dumps(value)
+        except (TypeError, ValueError):
+            continue
+        if old in text:
+            setattr(plan, name, json.loads(text.replace(json.dumps(old)[1:-1],
+                                                        json.dumps(new)[1:-1])))
 
 
 def _check_request(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
@@ -253,55 +378,6 @@ def _check_request(matrix: Matrix, stack_name: str, instance_type: str, nodes: i
         # the entrypoint refuses more nodes (AWS_BATCH_JOB_NUM_NODES): say so before it does
         raise ExplainError(f"--nodes {nodes}: expected a whole number from 1 to "
                            f"{MAX_NODES} (the entrypoint's limit)")
-
-
-def _main_node_environment(settings: dict[str, str], nodes: int, launcher: str | None,
-                           scheduler: str, rdzv: str | None) -> dict[str, Any]:
-    """What node 0 sees: the image's variables, the ``MNP_*`` ``settings`` invoke jobdef writes
-    and the variables ``scheduler``'s adapter example gives it."""
-    env: dict[str, Any] = dict(IMAGE_ENV)
-    env.update(settings)
-    if launcher is None:
-        del env["MNP_LAUNCHER"]
-    if rdzv:
-        env.update(schedulers.pytorchjob.elastic_example(nodes, rdzv))
-    elif scheduler != "batch" or nodes > 1:
-        env.update(schedulers.MODULES[scheduler].example(nodes, 0))
-    if scheduler == "batch" and nodes > 1:
-        env["AWS_BATCH_JOB_ID"] = "<job-id>"
-    return env
-
-
-def _scheduled_plan(env: dict[str, Any], facts: NodeFacts, command: list[str], scheduler: str,
-                    nodes: int, slots: int) -> ep_plan.Plan:
-    """``make_plan`` on the scheduler's environment. An MPIJob launcher reads the operator's
-    hostfile (one ``<job>-worker-<i>.<job>.default.svc slots=N`` line per worker): written to a
-    temporary directory for the plan, then named by the path the operator mounts."""
-    if scheduler != "mpijob":
-        return _plan(env, facts, command)
-    mounted = env["OMPI_MCA_orte_default_hostfile"]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = str(Path(tmp) / "hostfile")
-        Path(path).write_text("".join(f"job-worker-{i}.job.default.svc slots={slots}\n"
-                                      for i in range(nodes)))
-        plan = _plan(dict(env, OMPI_MCA_orte_default_hostfile=path), facts, command)
-    text = json.dumps(plan.to_dict()["role"]).replace(path, mounted)
-    plan.role = json.loads(text)
-    plan.environment["OMPI_MCA_orte_default_hostfile"] = mounted
-    return plan
-
-
-def plan_for(env: dict[str, Any], facts: NodeFacts, command: list[str]) -> ep_plan.Plan:
-    """``make_plan`` on ``env`` and ``facts``, with the hostfiles the node's dry run names."""
-    return _plan(env, facts, command)
-
-
-def _plan(env: dict[str, Any], facts: NodeFacts, command: list[str]) -> ep_plan.Plan:
-    cfg = config.load(env)
-    hostfiles = None if (cfg.mode == "child" or not (cfg.rendezvous or cfg.mode == "single")) \
-        else {"openmpi": f"{cfg.state_dir}/hostfile", "plain": f"{cfg.state_dir}/hostfile.plain",
-              "intel": f"{cfg.state_dir}/hostfile.intel"}
-    return ep_plan.make_plan(cfg, facts, command, env, None, hostfiles)
 
 
 def parse_nodes(raw: Any) -> int:

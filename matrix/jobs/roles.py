@@ -235,8 +235,13 @@ def _pytorchjob_roles(manifest: Mapping[str, Any]) -> list[Role]:
                        PET_MASTER_PORT=PYTORCHJOB_PORT, WORLD_SIZE=str(total), RANK=str(rank),
                        PET_NODE_RANK=str(rank), PET_NNODES=str(total))
         if elastic:
+            # the endpoint: rdzvHost:rdzvPort, each defaulting to the first worker and its port
+            # (training-operator pkg/controller.v1/pytorch/elastic.go:151
+            # generateEnvRDZVEndpoint, commit 1417bbc35b6e7840b3ecab1cec17dbf553ad9e85)
+            host = elastic.get("rdzvHost", f"{name}-worker-0")
+            port = elastic.get("rdzvPort", PYTORCHJOB_PORT)
             env.update(PET_RDZV_BACKEND=elastic["rdzvBackend"],
-                       PET_RDZV_ENDPOINT=f"{name}-worker-0:{PYTORCHJOB_PORT}",
+                       PET_RDZV_ENDPOINT=f"{host}:{port}",
                        PET_NNODES=f"{elastic['minReplicas']}:{elastic['maxReplicas']}")
             if "rdzvId" in elastic:
                 env["PET_RDZV_ID"] = elastic["rdzvId"]

@@ -15,12 +15,20 @@ Sources read (public repositories; line numbers are those of the version read):
   there; the
   ``launcherEnvVars``, ``workerEnvVars``, ``ompiEnvVars`` and ``sshVolumeItems`` variables, the
   hostfile ConfigMap and the worker's default ``/usr/sbin/sshd -De`` command).
+
+The last test runs a GPU MPIJob exactly as ``invoke k8s --kind mpijob`` writes it, with the
+stand-ins this machine needs for what a p4d node and the cuda11.7-efa image would have.
 """
 
 import os
 import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+import yaml
 
 from .pods import Pods
 
@@ -213,3 +221,160 @@ def test_the_operators_default_worker_command_serves_our_image(pods, tmp_path):
     fingerprints = {pods.containers[f"mj-worker-{i}"].exec_run(
         ["ssh-keygen", "-lf", "/etc/ssh/ssh_host_ed25519_key.pub"]).output for i in (0, 1)}
     assert len(fingerprints) == 2, fingerprints
+
+
+# -- A GPU MPIJob as `invoke k8s` writes it ----------------------------------------------------
+
+GPU_JOB = ("--stack", "cuda11.7-efa", "--nodes", "2", "--instance-type", "p4d.24xlarge")
+NCCL_TEST = ["/opt/nccl-tests/bin/all_reduce_perf", "-b", "8", "-e", "1G", "-f", "2", "-g", "1"]
+# Stand-ins bound into the containers: an mpirun that records that it started (and with what),
+# and the job's program, which records any run of it (neither launcher nor worker may run it).
+STANDIN_MPIRUN = '#!/bin/sh\nprintf "%s\\n" "$@" > /share/mpirun-started\n'
+STANDIN_PROGRAM = '#!/bin/sh\ntouch "/share/program-ran-on-$(hostname)"\n'
+
+
+def _written_mpijob(tmp_path):
+    """The manifest `invoke k8s --kind mpijob` writes for seed job 8 (nccl-tests on 2 x
+    p4d.24xlarge), through the task users call."""
+    out = tmp_path / "mpijob.yaml"
+    image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cuda@sha256:" + "f" * 64
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-m", "invoke", "k8s", "--kind", "mpijob", *GPU_JOB,
+                           "--image-uri", image, "--output", str(out), "--", *NCCL_TEST],
+                          cwd=root, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return yaml.safe_load(out.read_text())
+
+
+def _as_kubelet_gives(container):
+    """The container's env and args as the kubelet hands them over (``$$`` is ``$``)."""
+    env = {e["name"]: e["value"].replace("$$", "$") for e in container.get("env", [])}
+    return env, [word.replace("$$", "$") for word in container.get("args", [])]
+
+
+def _standin(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    path.chmod(0o755)
+    return str(path)
+
+
+NVIDIA_SMI = ("#!/bin/sh\nfor i in 0 1 2 3 4 5 6 7; do echo \"GPU $i: NVIDIA A100-SXM4-40GB "
+              "(UUID: GPU-$i)\"; done\n")
+FI_INFO_EFA = "#!/bin/sh\necho 'provider: efa'\necho '    fabric: efa'\n"
+
+
+def _passed_devices(tmp_path, limits):
+    """Stand-ins for what the device plugins pass a pod with these limits: one
+    ``/dev/nvidiaN`` per ``nvidia.com/gpu`` and one ``/dev/infiniband/uverbsN`` per
+    ``vpc.amazonaws.com/efa`` (empty files where the probe looks for the device nodes), with the
+    driver's nvidia-smi and the EFA installer's fi_info, which the cpu-tcp image lacks."""
+    found = tmp_path / "devices"
+    (found / "infiniband").mkdir(parents=True)
+    binds = {}
+    for index in range(int(limits.get("nvidia.com/gpu", 0))):
+        (found / f"nvidia{index}").write_text("")
+        binds[str(found / f"nvidia{index}")] = {"bind": f"/dev/nvidia{index}", "mode": "rw"}
+    for index in range(int(limits.get("vpc.amazonaws.com/efa", 0))):
+        (found / "infiniband" / f"uverbs{index}").write_text("")
+    binds[str(found / "infiniband")] = {"bind": "/dev/infiniband", "mode": "rw"}
+    binds[_standin(tmp_path, "nvidia-smi", NVIDIA_SMI)] = {"bind": "/usr/local/bin/nvidia-smi",
+                                                           "mode": "ro"}
+    binds[_standin(tmp_path, "fi_info", FI_INFO_EFA)] = {"bind": "/usr/bin/fi_info", "mode": "ro"}
+    return binds
+
+
+def _dshm(tmp_path, role, container):
+    """The manifest's ``dshm`` volume (an emptyDir in memory, sizeLimit 8192Mi) at /dev/shm: a
+    folder of this host's disk stands in for it, as large as the limit or larger."""
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+    folder = tmp_path / f"{mount['name']}-{role}"
+    folder.mkdir()
+    return {str(folder): {"bind": "/dev/shm", "mode": "rw"}}
+
+
+def _standin_plugin(tmp_path):
+    """A loadable ``libnccl-net.so`` naming itself as the stack's aws-ofi-nccl 1.7.4 does (the
+    string the probe reads), where cuda11.7-efa installs the plugin (its options.prefix)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler on this host")
+    source = tmp_path / "plugin.c"
+    source.write_text('const char *mnp_banner = "Initializing aws-ofi-nccl 1.7.4-aws";\n')
+    folder = tmp_path / "aws-ofi-nccl-lib"
+    folder.mkdir()
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(folder / "libnccl-net.so"), str(source)],
+                   check=True)
+    return {str(folder): {"bind": "/opt/aws-ofi-nccl/lib", "mode": "ro"}}
+
+
+def test_a_gpu_mpijob_as_written_starts_mpirun_and_its_workers_only_serve_ssh(pods, tmp_path):
+    """The launcher of a GPU MPIJob has no GPU and no EFA device (its template asks for none, and
+    the operator blanks NVIDIA_VISIBLE_DEVICES on it), yet its instance type says 8 GPUs: it must
+    still start mpirun. Each worker, run as written (the job's command as args, the ``MNP_*``
+    settings), must serve SSH and never run the command. The cpu-tcp image stands in for
+    cuda11.7-efa (no GPU image can be built here); the launcher's and workers' containers get
+    exactly the env, args and command of the manifest plus what the MPI operator adds
+    (kubeflow/mpi-operator pkg/controller/mpi_job_controller.go at cbe4f8aa):
+    K_MPI_JOB_ROLE (:164-175, launcherEnvVars/workerEnvVars), the Open MPI variables (:176-190
+    ompiEnvVars, and OMPI_MCA_orte_set_default_slots = slotsPerWorker, newLauncherPodTemplate),
+    NVIDIA_VISIBLE_DEVICES and NVIDIA_DRIVER_CAPABILITIES blank on the launcher (:211-214
+    nvidiaDisableEnvVars, appended by newLauncherPodTemplate unless runLauncherAsWorker), the
+    hostfile ConfigMap at /etc/mpi (:73-74, newConfigMap: <worker>.<job>.<ns>.svc slots=N) and
+    the SSH Secret at /root/.ssh (setupSSHOnPod); a worker with args keeps them (newWorker)."""
+    manifest = _written_mpijob(tmp_path)
+    job, spec = manifest["metadata"]["name"], manifest["spec"]
+    slots = spec["slotsPerWorker"]
+    (launcher,) = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"]
+    (worker,) = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    assert "resources" not in launcher and "command" not in worker  # as the issue describes
+    assert worker["resources"]["limits"]["nvidia.com/gpu"] == "8"
+
+    keys = _ssh_secret(pods, tmp_path)
+    secret = {str(keys): {"bind": "/root/.ssh", "mode": "ro"}}
+    program = {_standin(tmp_path, "program", STANDIN_PROGRAM):
+               {"bind": NCCL_TEST[0], "mode": "ro"}}
+    workers = [f"{job}-worker-{i}" for i in range(spec["mpiReplicaSpecs"]["Worker"]["replicas"])]
+    worker_env, worker_args = _as_kubelet_gives(worker)
+    devices = {**_passed_devices(tmp_path, worker["resources"]["limits"]),
+               **_standin_plugin(tmp_path)}
+    for name in workers:
+        pods.pod(name, worker_args, {**worker_env, "K_MPI_JOB_ROLE": "worker"},
+                 aliases=(f"{name}.{job}", f"{name}.{job}.default.svc"),
+                 volumes={**secret, **program, **devices, **_dshm(tmp_path, name, worker)},
+                 entrypoint=worker.get("command"))
+    for name in workers:  # launcherCreationPolicy WaitForWorkersReady: port 22 answers
+        pods.wait_log(name, "sshd listening on port 22", 60)
+
+    config = tmp_path / "mpi"
+    config.mkdir()
+    (config / "hostfile").write_text("".join(f"{name}.{job}.default.svc slots={slots}\n"
+                                             for name in workers))
+    launcher_env, launcher_args = _as_kubelet_gives(launcher)
+    launcher_env.update({
+        "K_MPI_JOB_ROLE": "launcher",
+        "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
+        "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",
+        "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
+        "OMPI_MCA_orte_set_default_slots": str(slots),
+        "NVIDIA_VISIBLE_DEVICES": "",
+        "NVIDIA_DRIVER_CAPABILITIES": "",
+    })
+    mpirun = {_standin(tmp_path, "mpirun", STANDIN_MPIRUN): {"bind": "/usr/bin/mpirun",
+                                                              "mode": "ro"}}
+    pods.pod(f"{job}-launcher", launcher_args, launcher_env, aliases=(f"{job}-launcher.{job}",),
+             volumes={**secret, **program, **mpirun, **_dshm(tmp_path, "launcher", launcher),
+                      str(config): {"bind": "/etc/mpi", "mode": "ro"}},
+             entrypoint=launcher.get("command"))
+    code = pods.wait_exit(f"{job}-launcher", 120)
+    logs = pods.logs()
+    assert code == 0, logs
+    started = (pods.share / "mpirun-started").read_text().splitlines()
+    assert started[:3] == ["--allow-run-as-root", "-np", str(slots * len(workers))], started
+    assert started[-len(NCCL_TEST):] == NCCL_TEST, started
+    for name in workers:
+        container = pods.containers[name]
+        container.reload()
+        assert container.status == "running", pods.logs(name)
+        assert "scheduler: mpijob (detected from K_MPI_JOB_ROLE)" in pods.logs(name)
+    assert sorted(p.name for p in pods.share.iterdir() if p.name.startswith("program-ran")) == []

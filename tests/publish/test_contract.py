@@ -85,7 +85,7 @@ def check_job(stack: str, derived: list[roles.Role]) -> list[str]:
     found = []
     starters = 0
     for role in derived:
-        plan = contract.plan_role(MATRIX.stack(stack), role)
+        plan = contract.plan_role(MATRIX, MATRIX.stack(stack), role)
         found.extend(f"{role.name}: {line}" for line in plan.stops())
         if plan.argv and Path(plan.argv[0]).name in SSH_LAUNCHERS:
             starters += 1
