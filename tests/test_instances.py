@@ -305,6 +305,9 @@ def test_dl1_says_it_left_karpenters_table_where_users_pick_it():
                     "dl1.24xlarge", "--image-uri", image, "--", "python3", "train.py")
     assert script.returncode == 0, script.stderr
     assert f"# Notice: {row.notice}\n" in script.stdout.split("\nsrun ")[0]
+    told = invoke("explain", "--stack", "synapseai1.6-efa", "--nodes", "2", "--instance-type",
+                  "dl1.24xlarge", "--json")
+    assert row.notice in json.loads(told.stdout)["notes"], told.stdout[-2000:]
 
 
 # aws-ofi-nccl topology/p4de-24xl-topo.xml: GPU 0..7 and NIC 0..3 (vendor 0x1d0f, device 0xefa0).

@@ -226,6 +226,8 @@ def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
     floor = driver_floor(stack)
     if floor:
         notes.append("hosts need " + floor.line())
+    if INSTANCE_TYPES[instance_type].notice:
+        notes.append(INSTANCE_TYPES[instance_type].notice)
     if instance_type not in stack.instances:
         notes.append(f"{instance_type} is not one of {stack_name}'s instances "
                      f"({', '.join(stack.instances)}): shown as asked")
