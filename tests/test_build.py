@@ -162,7 +162,7 @@ def test_failed_test_run_withdraws_the_pass_and_push_refuses(docker_client, proj
 
     def test_and_push():
         testing.run_stack_tests(docker_client, result, "one", console, records,
-                                images=project["images"])
+                                images=project["images"], cache=project["state"] / "passes")
         # The gate is checked before the registry is contacted: no registry needed to refuse.
         push_stack(docker_client, result.chains["one"], result.final_ref("one"), "one",
                    "127.0.0.1:9", "0123abc", state_dir=records, log=lambda _: None,
@@ -190,7 +190,7 @@ def test_test_results_path_that_is_a_file_is_one_line(docker_client, project):
     blocker.write_text("not a folder")
     with pytest.raises(UserError, match=r"cannot write test records to .*test-results"):
         testing.run_stack_tests(docker_client, result, "one", Console(file=io.StringIO()),
-                                blocker, images=project["images"])
+                                blocker, images=project["images"], cache=project["state"] / "passes")
 
 
 def test_re_pointed_content_tag_is_rebuilt_not_trusted(docker_client, project):

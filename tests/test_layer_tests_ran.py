@@ -30,7 +30,8 @@ def layer_tests(project, **files: str) -> None:
 def run_tests(docker_client, project, result):
     return testing.run_stack_tests(docker_client, result, "one",
                                    Console(file=io.StringIO(), width=200),
-                                   project["state"] / "test-results", images=project["images"])
+                                   project["state"] / "test-results", images=project["images"],
+                                   cache=project["state"] / "layer-passes")
 
 
 def test_a_layer_whose_tests_all_skip_or_collect_none_fails_the_run(docker_client, project):
@@ -85,5 +86,6 @@ def test_a_layer_that_passed_with_the_same_inputs_is_reported_from_its_record(do
     again = testing.run_stack_tests(docker_client, result, "one",
                                     Console(file=io.StringIO(), width=200),
                                     project["state"] / "test-results",
-                                    images=project["images"], again=True)
+                                    images=project["images"], again=True,
+                                    cache=project["state"] / "layer-passes")
     assert [(r.passed, r.note) for r in again][:3] == [(1, "")] * 3

@@ -72,20 +72,20 @@ CACHED = "cached"  # reported from a pass with the same inputs (testrecord.layer
 # Layer runs side by side. Measured on the project's 2-core machine (docs/measurements.md):
 # cpu-tcp's ten layers take as long as its DeepSpeed layer alone.
 LAYER_JOBS = 4
-# Besides a layer's test files, what its tests read: their conftest, and the project's code
-# and data (they import matrix.model and load stacks.yaml).
 TEST_TOOLS = ("pytest", "pytest-testinfra", "docker")
 
 
 def key_inputs(images: Path) -> list[Path]:
-    """The files every layer's test run depends on besides its own test files."""
-    project = [*(ROOT / "matrix").rglob("*.py"), *(ROOT / "matrix").rglob("*.yaml"),
-               ROOT / "stacks.yaml"]
-    return [images / "conftest.py", *(path for path in project if path.is_file())]
+    """The files every layer's test run depends on besides its own test files: their conftest,
+    the project code they import (``matrix.model`` with its data, ``entrypoint``) and the
+    project's stacks file, which they load; a test that imports more must add it here."""
+    code = [*(ROOT / "matrix" / "model").rglob("*.py"), *(ROOT / "matrix" / "model").rglob("*.yaml"),
+            *(ROOT / "entrypoint").rglob("*.py"), ROOT / "stacks.yaml"]
+    return [images / "conftest.py", *(path for path in code if path.is_file())]
 
 
-def tool_versions() -> dict[str, str]:
-    versions = {"python": sys.version}
+def tool_versions(client: docker.DockerClient) -> dict[str, str]:
+    versions = {"python": sys.version, "engine": str(client.version().get("Version", ""))}
     for name in TEST_TOOLS:
         try:
             versions[name] = metadata.version(name)
@@ -111,12 +111,13 @@ def layer_description(plan: Plan, stack: str, layer: Layer) -> dict:
 def run_stack_tests(client: docker.DockerClient, plan: Plan, stack: str,
                     console: Console | None = None,
                     state: Path = testrecord.DEFAULT_STATE_DIR,
-                    images: Path = IMAGES, again: bool = False) -> list[LayerTests]:
+                    images: Path = IMAGES, again: bool = False,
+                    cache: Path = testrecord.LAYER_CACHE_DIR) -> list[LayerTests]:
     """Test every layer of ``stack``; raises :class:`UserError` when any test fails.
 
     The run is recorded for the final image as ``started`` first (so an interrupted run also
-    withdraws an earlier pass), then ``passed`` or ``failed``. With ``again``, layers whose
-    tests passed with the same inputs run too.
+    withdraws an earlier pass), then ``passed`` or ``failed``. Layer passes are kept in and
+    read from ``cache``; with ``again``, layers whose tests passed with the same inputs run too.
     """
     console = console or Console(highlight=False)
     chain = plan.chain(stack)
@@ -128,7 +129,7 @@ def run_stack_tests(client: docker.DockerClient, plan: Plan, stack: str,
                             "first") from None
     final_id = client.images.get(chain[-1].ref).id
     testrecord.record_start(final_id, stack, state)
-    results = _run_chain(client, plan, stack, chain, console, images, state, again)
+    results = _run_chain(client, plan, stack, chain, console, images, cache, again)
     for result in results:
         if result.output:
             console.print(f"--- {result.layer.name}: pytest's output", markup=False)
@@ -150,11 +151,11 @@ def run_stack_tests(client: docker.DockerClient, plan: Plan, stack: str,
 
 
 def _run_chain(client: docker.DockerClient, plan: Plan, stack: str, chain: list[Layer],
-               console: Console, images: Path, state: Path, again: bool) -> list[LayerTests]:
+               console: Console, images: Path, cache: Path, again: bool) -> list[LayerTests]:
     """Every layer's result, in the chain's order; the layers that must run run side by side."""
     results: dict[int, LayerTests] = {}
     pending = []
-    shared, tools = key_inputs(images), tool_versions()
+    shared, tools = key_inputs(images), tool_versions(client)
     for index, layer in enumerate(chain, start=1):
         files = test_files(layer.component, images)
         if not files:
@@ -163,7 +164,7 @@ def _run_chain(client: docker.DockerClient, plan: Plan, stack: str, chain: list[
         description = layer_description(plan, stack, layer)
         key = testrecord.layer_key(client.images.get(layer.ref).id, description,
                                    [*files, *shared], tools)
-        before = None if again else testrecord.read_layer_pass(key, state)
+        before = None if again else testrecord.read_layer_pass(key, cache)
         if before is None:
             pending.append((index, layer, files, description, key))
             continue
@@ -187,7 +188,7 @@ def _run_chain(client: docker.DockerClient, plan: Plan, stack: str, chain: list[
                           markup=False)
             if result.ok:
                 testrecord.record_layer_pass(key, testrecord.layer_pass_now(
-                    result.layer.name, result.passed, result.skipped, result.seconds), state)
+                    result.layer.name, result.passed, result.skipped, result.seconds), cache)
     return [results[index] for index in sorted(results)]
 
 

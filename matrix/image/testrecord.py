@@ -13,12 +13,15 @@ project root), named after the ID's hex digest, e.g.::
     .mnp/test-results/3f1c...e9.json
     {"image_id": "sha256:3f1c...e9", "stack": "cpu-tcp", "result": "failed", "at": "..."}
 
-It also keeps each layer's *passing* test runs under ``state_dir/layers/``, keyed by a digest of
-everything the run depends on (:func:`layer_key`: the layer image's ID, what the tests are told
-about the layer, the test files, the code they import, the test tools' versions), as ``go test``
-caches a passing package: the same inputs give the same result, so ``invoke test`` reports such
-a layer from its record instead of running it again (``--again`` runs it anyway). A failure is
-never kept, so a failing layer always runs again.
+It also keeps each layer's *passing* test runs, keyed by a digest of everything the run depends
+on (:func:`layer_key`: the layer image's ID, what the tests are told about the layer, the test
+files, the code they import, the versions of the tools and the engine that run them), as
+``go test`` caches a passing package: the same inputs give the same result, so ``invoke test``
+reports such a layer from its record instead of running it again (``--again`` runs it anyway). A
+failure is never kept, so a failing layer always runs again. Like Go's build cache, these live in
+the user's cache folder (``LAYER_CACHE_DIR``: ``$XDG_CACHE_HOME/mnp-stacks/layer-passes``,
+``~/.cache`` without it), not in a checkout: an image's layer tests that passed in one clone need
+not run again in the next clone on the same machine when none of their inputs changed.
 """
 
 from __future__ import annotations
@@ -147,7 +150,8 @@ def has_passed(image_id: str, state_dir: Path = DEFAULT_STATE_DIR) -> bool:
 
 # --- layer passes ---------------------------------------------------------------------------------
 
-LAYERS = "layers"
+LAYER_CACHE_DIR = (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                   / "mnp-stacks" / "layer-passes")
 
 
 @dataclass(frozen=True)
@@ -174,14 +178,14 @@ def layer_key(image_id: str, description: dict, files: Iterable[Path], tools: di
     return digest.hexdigest()
 
 
-def record_layer_pass(key: str, result: LayerPass, state_dir: Path = DEFAULT_STATE_DIR) -> None:
-    _write(Path(state_dir) / LAYERS / f"{key}.json", asdict(result), state_dir)
+def record_layer_pass(key: str, result: LayerPass, cache_dir: Path = LAYER_CACHE_DIR) -> None:
+    _write(Path(cache_dir) / f"{key}.json", asdict(result), cache_dir)
 
 
-def read_layer_pass(key: str, state_dir: Path = DEFAULT_STATE_DIR) -> LayerPass | None:
+def read_layer_pass(key: str, cache_dir: Path = LAYER_CACHE_DIR) -> LayerPass | None:
     """The recorded pass for ``key``, or None (none, or unreadable: the layer then runs)."""
     try:
-        data = json.loads((Path(state_dir) / LAYERS / f"{key}.json").read_text(encoding="utf-8"))
+        data = json.loads((Path(cache_dir) / f"{key}.json").read_text(encoding="utf-8"))
         return LayerPass(**data)
     except (OSError, ValueError, TypeError):
         return None
