@@ -307,7 +307,8 @@ def test_sbatch_attempts_option(tmp_path):
                                                          "mpirun"),
     # a plan the entrypoint would refuse under Slurm writes no script: deepspeed on a stack
     # without DeepSpeed
-    (["--stack", "cpu-mpi", "--launcher", "deepspeed"], 1, "under slurm: deepspeed not found"),
+    (["--stack", "cpu-mpi", "--launcher", "deepspeed"], 1,
+     "under slurm: node 0 task 0: deepspeed not found"),
 ])
 def test_sbatch_mistakes_are_one_line(tmp_path, args, code, words):
     target = tmp_path / "job.sbatch"
