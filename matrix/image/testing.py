@@ -78,7 +78,9 @@ TEST_TOOLS = ("pytest", "pytest-testinfra", "docker")
 def key_inputs(images: Path) -> list[Path]:
     """The files every layer's test run depends on besides its own test files: their conftest,
     the project code they import (``matrix.model`` with its data, ``entrypoint``) and the
-    project's stacks file, which they load; a test that imports more must add it here."""
+    project's stacks file, which they load; a test that imports more must add it here. This
+    runner is not among them: what it reports of a run is tested on throwaway stacks with a
+    cache of their own (tests/test_layer_tests_ran.py), never from this one."""
     code = [*(ROOT / "matrix" / "model").rglob("*.py"), *(ROOT / "matrix" / "model").rglob("*.yaml"),
             *(ROOT / "entrypoint").rglob("*.py"), ROOT / "stacks.yaml"]
     return [images / "conftest.py", *(path for path in code if path.is_file())]
