@@ -130,12 +130,15 @@ def run_suite(command: list[str]) -> None:
     log_path = LOG_DIR / "pytest.log"
     print(f"== pytest: {' '.join(command)}  (log: {log_path.relative_to(ROOT)})", flush=True)
     started = time.monotonic()
-    with log_path.open("w", encoding="utf-8") as log:
+    # line-buffered, and stdout flushed per line: a pipe (CI's log, tee) sees each line as it
+    # comes, and a run stopped by a time limit keeps what it had printed
+    with log_path.open("w", encoding="utf-8", buffering=1) as log:
         proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, errors="replace")
         assert proc.stdout is not None
         for line in proc.stdout:
             sys.stdout.write(line)
+            sys.stdout.flush()
             log.write(line)
         code = proc.wait()
     sys.stdout.flush()
