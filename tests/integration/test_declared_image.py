@@ -17,7 +17,9 @@ from matrix.image.declared import image_facts
 from matrix.model.loader import load_matrix
 from tests.conftest import CUDA_STACK
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+# In the CUDA stack's group: on a fresh machine its build takes minutes behind a lock, and a
+# worker of its own would only wait there.
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.xdist_group("tests/test_cuda_tcp.py")]
 
 ROOT = Path(__file__).resolve().parents[2]
 MATRIX = load_matrix(ROOT / "stacks.yaml")
