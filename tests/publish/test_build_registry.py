@@ -5,11 +5,13 @@ answers 429 is asked again with backoff and then reported; one that came back is
 
 from __future__ import annotations
 
+import contextlib
 import io
 import shutil
 import subprocess
 from pathlib import Path
 
+import docker
 import pytest
 
 from matrix.errors import UserError
@@ -117,7 +119,10 @@ def _push_as(client, image_ref: str, remote: str) -> None:
     client.images.get(image_ref).tag(repository, tag)
     for event in client.images.push(repository, tag=tag, stream=True, decode=True):
         assert "error" not in event, event
-    client.images.remove(remote)
+    # Only the local copy of the registry's name is cleaned up here: once (2026-11-27, a full
+    # run) it was already gone, cause not found; the test's claims are about the registry.
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        client.images.remove(remote)
 
 
 def test_registry_layer_is_used_only_on_its_recorded_parent(docker_client, project, registry):
