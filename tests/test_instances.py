@@ -9,7 +9,13 @@ import pytest
 import yaml
 
 from matrix.errors import UserError
-from matrix.model.instances import INSTANCE_TYPES, TABLE, get_instance_type, load_instance_types
+from matrix.model.instances import (
+    INSTANCE_TYPES,
+    TABLE,
+    InstanceType,
+    get_instance_type,
+    load_instance_types,
+)
 from matrix.model.loader import load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -237,14 +243,21 @@ DESCRIBE = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(DESCRIBE))
-def test_rows_match_describe_instance_types(name):
-    cpu, memory_mib, accelerators, model, mbps, efa = DESCRIBE[name]
+def row_with_figures(name: str, figures: tuple) -> InstanceType:
+    """The table's row ``name``, checked against a Karpenter table's figures (as DESCRIBE)."""
+    cpu, memory_mib, accelerators, model, mbps, efa = figures
     row = get_instance_type(name)
     assert (row.vcpus, row.memory_mib, row.accelerators, row.efa_interfaces) == (
         cpu, memory_mib, accelerators, efa)
     assert (row.gpu_model or row.hpu_model).lower() == model.split("-")[0]
     assert mbps is None or row.network_gbps * 1000 == mbps
+    return row
+
+
+@pytest.mark.parametrize("name", sorted(DESCRIBE))
+def test_rows_match_describe_instance_types(name):
+    cpu, memory_mib, accelerators, model, mbps, efa = DESCRIBE[name]
+    row = row_with_figures(name, DESCRIBE[name])
     quoted = (f"[describe] {name}: instance-cpu {cpu}, instance-memory {memory_mib}, "
               f"instance-gpu-count {accelerators}, {model}")
     assert quoted in row.source and f"vpc.amazonaws.com/efa {efa}" in row.source, row.source
@@ -258,10 +271,7 @@ KARPENTER_V1_14 = {"p6-b300.48xlarge": (192, 4194304, 8, "b300", 6400000, 16)}
 @pytest.mark.parametrize("name", sorted(KARPENTER_V1_14))
 def test_rows_match_karpenters_v1_14_table(name):
     cpu, memory_mib, accelerators, model, mbps, efa = KARPENTER_V1_14[name]
-    row = get_instance_type(name)
-    assert (row.vcpus, row.memory_mib, row.accelerators, row.efa_interfaces) == (
-        cpu, memory_mib, accelerators, efa)
-    assert row.gpu_model.lower() == model and row.network_gbps * 1000 == mbps
+    row = row_with_figures(name, KARPENTER_V1_14[name])
     quoted = (f"[karpenter-v1-14] {name}: instance-cpu {cpu}, instance-memory {memory_mib}, "
               f"instance-gpu-count {accelerators}, {model}, instance-network-bandwidth {mbps}, "
               f"vpc.amazonaws.com/efa {efa}")
