@@ -24,13 +24,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            data = b""
+            # a bytearray: adding each chunk to bytes copied the whole body so far every time
+            data = bytearray()
             while True:
                 size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
                 if not size:
                     while self.rfile.readline() not in (b"\r\n", b"\n", b""):
                         pass
-                    return data
+                    return bytes(data)
                 data += self.rfile.read(size)
                 self.rfile.readline()
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
