@@ -53,7 +53,8 @@ def engine(docker_client):
     # A short path: a unix socket's path must fit in 108 bytes.
     root = Path(tempfile.mkdtemp(prefix="mnp-engine-", dir="/tmp"))
     try:
-        with SecondEngine(root, "mnptest0", "172.31.251.1/24", "mnptest") as second:
+        with SecondEngine(root, "mnptest0", "172.31.251.1/24", "mnptest",
+                          data_in_memory=True) as second:
             save = subprocess.Popen([second.cli[0], "save", BASE], stdout=subprocess.PIPE)
             subprocess.run([*second.cli, "load", "-q"], stdin=save.stdout, check=True,
                            capture_output=True)
