@@ -69,7 +69,8 @@ def run_job(cluster, docker_client, mounts, extra_path):
     """Start main and child; both must exit with the infrastructure code (200) before any rank
     starts. Returns their logs."""
     path = extra_path + ":" + image_path(docker_client, cluster.image)
-    env = dict(MNP_SECRET=SECRET, MNP_FABRIC="efa", MNP_WAIT_TIMEOUT="60", PATH=path)
+    # the child, stopped, tries to tell the main node (gone: it stopped too) for this long
+    env = dict(MNP_SECRET=SECRET, MNP_FABRIC="efa", MNP_WAIT_TIMEOUT="10", PATH=path)
     # a stand-in EFA device, as the job definition passes the real ones: without any, the node
     # stops at the device check (plan/checks.py) before the preflight this file is about
     devices = Path(tempfile.mkdtemp(prefix="mnp-uverbs-"))
