@@ -10,7 +10,8 @@ from typing import Any
 
 import yaml
 
-from matrix.model.entities import Base, ComponentVersion, Stack
+from matrix.model.entities import Base, ComponentVersion, Matrix, Stack
+from matrix.model.loader import load_matrix
 from matrix.model.settings import ROOT
 
 DEBIAN = Base(name="debian-12", image="debian:bookworm", os="debian12",
@@ -36,6 +37,14 @@ def _stacks_yaml() -> dict[str, Any]:
 def stacks_yaml() -> dict[str, Any]:
     """stacks.yaml as plain data: a copy of its one parse in this process, the caller's own."""
     return copy.deepcopy(_stacks_yaml())
+
+
+@cache
+def project_matrix() -> Matrix:
+    """The project's stacks.yaml loaded and validated once per process (0.25 s each time: test
+    modules read it as they are imported, once per collection and per worker). Shared: read it,
+    never change it; a test that edits a matrix loads its own."""
+    return load_matrix(ROOT / "stacks.yaml")
 
 
 def write(path: Path, text: str) -> Path:

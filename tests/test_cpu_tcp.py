@@ -19,6 +19,7 @@ from matrix.image import build, testing
 from matrix.image.plan import plan
 from matrix.jobs.rehearse import LABEL
 from matrix.model.loader import load_matrix
+from tests.helpers import project_matrix
 from tests.layer_checks import apt_cache_files
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,7 +92,7 @@ def test_no_layer_adds_apt_caches(docker_client, cpu_tcp_build):
 
 
 def _unbuildable_layers():
-    matrix = load_matrix(ROOT / "stacks.yaml")
+    matrix = project_matrix()
     result = plan(matrix)
     for name, stack in matrix.stacks.items():
         # Buildable here: a bootstrapped base and nothing downloaded from GitHub or AWS.

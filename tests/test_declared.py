@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from matrix.image.declared import DOCKER_DEFAULT_PATH, env_instructions, image_facts, on_path
-from matrix.model.loader import load_matrix
+from tests.helpers import project_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
-MATRIX = load_matrix(ROOT / "stacks.yaml")
+MATRIX = project_matrix()
 
 
 def test_env_is_the_last_stages_with_earlier_values_expanded():

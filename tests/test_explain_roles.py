@@ -25,10 +25,10 @@ from entrypoint import launchers
 from matrix.image.declared import image_facts
 from matrix.jobs import explain as ex
 from matrix.jobs import jobdef, k8s, roles, sbatch
-from matrix.model.loader import load_matrix
+from tests.helpers import project_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
-MATRIX = load_matrix(ROOT / "stacks.yaml")
+MATRIX = project_matrix()
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp-stacks@sha256:" + "e" * 64
 COMMAND = ["python3", "train.py", "--epochs", "1"]
 # The entrypoint as its own process, with the probe handing over the declared facts (argv: the

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from matrix.jobs.explain import explain
-from matrix.model.loader import load_matrix
+from tests.helpers import project_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "seed-jobs.md"
-MATRIX = load_matrix(ROOT / "stacks.yaml")
+MATRIX = project_matrix()
 EXPLAIN_LINE = re.compile(r"^explain: `invoke explain (.+)`$")
 TICKED = re.compile(r"`([^`]+)`")
 

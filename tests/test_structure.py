@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,11 @@ def imported_modules(name: str, path: Path) -> set[str]:
     return found
 
 
-GRAPH = {name: imported_modules(name, path) for name, path in ALL.items()}
+@cache
+def graph() -> dict[str, set[str]]:
+    """Each project module's project imports: parsed when a test asks, not as the module is
+    imported (1.5 s, in every collection of the suite)."""
+    return {name: imported_modules(name, path) for name, path in ALL.items()}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str]:
@@ -91,15 +96,15 @@ def test_the_cycle_finder_sees_a_cycle():
 
 def test_the_graph_sees_lazy_and_relative_imports():
     """Imports inside functions count (matrix.cli.images imports the builder lazily)."""
-    assert "matrix.image.build" in GRAPH["matrix.cli.images"]
-    assert "matrix.model.schema" in GRAPH["matrix.model.instances"]
+    assert "matrix.image.build" in graph()["matrix.cli.images"]
+    assert "matrix.model.schema" in graph()["matrix.model.instances"]
 
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_no_import_cycle(package):
-    graph = {name: {t for t in targets if t.startswith(package)}
-             for name, targets in GRAPH.items() if name.startswith(package)}
-    assert find_cycle(graph) == []
+    inside = {name: {t for t in targets if t.startswith(package)}
+              for name, targets in graph().items() if name.startswith(package)}
+    assert find_cycle(inside) == []
 
 
 def room(module: str) -> str:
@@ -121,7 +126,7 @@ def test_matrix_imports_only_go_down_the_pipeline():
 def uphill_imports(package: str, rooms: tuple[str, ...]) -> list[str]:
     """``a imports b`` for every import of ``package`` from a room after its own."""
     uphill = []
-    for name, targets in GRAPH.items():
+    for name, targets in graph().items():
         if not name.startswith(package + ".") or room(name) in ("__init__", "__main__"):
             continue
         for target in targets:
@@ -145,15 +150,15 @@ def test_entrypoint_imports_only_go_down_the_pipeline():
 
 def test_the_uphill_check_sees_an_uphill_import(monkeypatch):
     """Guard: a probe that imported the plan would be reported."""
-    monkeypatch.setitem(GRAPH, "entrypoint.probe.facts",
-                        GRAPH["entrypoint.probe.facts"] | {"entrypoint.plan.make"})
+    monkeypatch.setitem(graph(), "entrypoint.probe.facts",
+                        graph()["entrypoint.probe.facts"] | {"entrypoint.plan.make"})
     assert uphill_imports("entrypoint", ENTRYPOINT_ROOMS) == [
         "entrypoint.probe.facts imports entrypoint.plan.make"]
 
 
 def test_the_entrypoint_imports_nothing_from_matrix():
     """The entrypoint runs inside images, where matrix/ is not installed."""
-    assert [n for n, t in GRAPH.items() if n.startswith("entrypoint")
+    assert [n for n, t in graph().items() if n.startswith("entrypoint")
             and any(x.startswith("matrix") for x in t)] == []
 
 
@@ -175,7 +180,7 @@ def test_the_architecture_page_states_the_import_order_the_code_has():
 
 def test_matrix_imports_the_entrypoint_as_the_page_says():
     """The page says matrix/ imports entrypoint/ on purpose and never the reverse."""
-    assert any(x.startswith("entrypoint") for n, t in GRAPH.items() if n.startswith("matrix")
+    assert any(x.startswith("entrypoint") for n, t in graph().items() if n.startswith("matrix")
                for x in t)
     text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     assert "`matrix/` also imports\n`entrypoint/`" in text or "also imports `entrypoint/`" in \

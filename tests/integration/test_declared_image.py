@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 
 from matrix.image.declared import image_facts
-from matrix.model.loader import load_matrix
 from tests.conftest import CUDA_STACK
+from tests.helpers import project_matrix
 
 # In the CUDA stack's group: on a fresh machine its build takes minutes behind a lock, and a
 # worker of its own would only wait there.
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.xdist_group("tests/test_cuda_tcp.py")]
 
 ROOT = Path(__file__).resolve().parents[2]
-MATRIX = load_matrix(ROOT / "stacks.yaml")
+MATRIX = project_matrix()
 # Set by the ENTRYPOINT wrapper as it starts the entrypoint, not by the image's ENV.
 WRAPPER_SETS = ("PYTHONPATH",)
 

@@ -21,8 +21,7 @@ from matrix.jobs.jobdef import (
     validate_job_definition,
 )
 from matrix.model.instances import INSTANCE_TYPES, get_instance_type, job_memory_mib
-from matrix.model.loader import load_matrix
-from tests.helpers import one_line
+from tests.helpers import one_line, project_matrix
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cpu-tcp@sha256:" + "a" * 64
 SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:mnp-rendezvous-AbCdEf"
@@ -214,7 +213,7 @@ def test_tag_is_resolved_to_the_registry_digest(docker_client, chain, registry, 
 
 # --- every (stack, instance) pair stacks.yaml declares, from the one instance table -------------
 
-MATRIX = load_matrix(Path(__file__).resolve().parents[2] / "stacks.yaml")
+MATRIX = project_matrix()
 PAIRS = [(name, instance) for name, stack in MATRIX.stacks.items() for instance in stack.instances]
 
 

@@ -24,12 +24,11 @@ from matrix.jobs import crds
 from matrix.jobs.k8s import ENTRYPOINT, KINDS, build_manifest, parse_elastic, resources
 from matrix.jobs.mounts import Claim, Mount
 from matrix.model.instances import INSTANCE_TYPES, get_instance_type
-from matrix.model.loader import load_matrix
-from tests.helpers import one_line
+from tests.helpers import one_line, project_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cuda@sha256:" + "b" * 64
-MATRIX = load_matrix(ROOT / "stacks.yaml")
+MATRIX = project_matrix()
 PAIRS = [(name, instance) for name, stack in MATRIX.stacks.items() for instance in stack.instances]
 COMMAND = ["python3", "/fsx/train.py", "--data", "/data; echo 'not a shell'"]
 MOUNTS = (Mount("/fsx", "/fsx"), Mount("/scratch/data", "/data", read_only=True))

@@ -31,11 +31,10 @@ from matrix.jobs.jobdef import (
     retry_strategy,
 )
 from matrix.jobs.k8s import KINDS, build_manifest
-from matrix.model.loader import load_matrix
-from tests.helpers import one_line
+from tests.helpers import one_line, project_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
-MATRIX = load_matrix(ROOT / "stacks.yaml")
+MATRIX = project_matrix()
 PAIRS = [(name, instance) for name, stack in MATRIX.stacks.items() for instance in stack.instances]
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/x@sha256:" + "c" * 64
 REGISTER = botocore.session.get_session().get_service_model("batch").operation_model(

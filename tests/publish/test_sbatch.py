@@ -31,8 +31,7 @@ from matrix.jobs.sbatch import (
     enroot_image,
 )
 from matrix.model.instances import get_instance_type
-from matrix.model.loader import load_matrix
-from tests.helpers import one_line
+from tests.helpers import one_line, project_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "c" * 64
@@ -241,7 +240,7 @@ def test_the_attempts_bound_is_the_scripts_and_one_attempt_never_requeues(tmp_pa
         build_sbatch_script("cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["true"], max_attempts=0)
 
 
-MATRIX = load_matrix(ROOT / "stacks.yaml")
+MATRIX = project_matrix()
 PAIRS = [(name, instance) for name, stack in MATRIX.stacks.items() for instance in stack.instances]
 
 
