@@ -25,33 +25,36 @@ SCHEMAS = Path(__file__).parent / "schemas"
 # jsonschema (and what it imports) is loaded by the first check, not at import: shell completion
 # (`invoke stacks --names`, `invoke --complete`) imports this package on every Tab and checks
 # nothing, so it must not pay for it.
-# The format module whose import jsonschema skips (see jsonschema_library).
-SLOW_FORMAT_MODULE = "rfc3987_syntax"
-# The formats it checks; no schema this project validates in-process uses them (a test holds it).
-IRI_FORMATS = ("iri", "iri-reference")
+# The optional modules jsonschema's format checks use (jsonschema/_format.py imports each at
+# module level when it is installed; cyclonedx-python-lib's json-validation extra installs them
+# all). No validator this project runs in-process is given a format checker (a test holds it),
+# so none of them checks anything here; importing them cost every command about 2 s
+# (rfc3987_syntax compiles 38 lark grammars) and then 0.1 s (arrow, isoduration, ...).
+FORMAT_MODULES = ("rfc3987_syntax", "rfc3987", "rfc3986_validator", "rfc3339_validator", "fqdn",
+                  "idna", "webcolors", "jsonpointer", "uri_template", "isoduration")
 
 
 def jsonschema_library():  # noqa: ANN201 (the jsonschema module, imported lazily)
-    """The jsonschema module, imported without compiling rfc3987-syntax's grammars.
+    """The jsonschema module, imported without its optional format modules (``FORMAT_MODULES``).
 
-    cyclonedx-python-lib's json-validation extra installs jsonschema[format-nongpl], and
-    jsonschema's format module imports rfc3987-syntax when it is installed
-    (jsonschema/_format.py, "import rfc3987_syntax" at module level), which builds 38 lark
-    parsers there and then: about 2 s of CPU before any command could print a line, and again
-    in every command the suite starts. Those parsers only check the ``iri`` and
-    ``iri-reference`` formats (``IRI_FORMATS``), so the first import here hides that module;
-    the bill of materials, whose CycloneDX schema uses them, is validated in a process of its
-    own (matrix/image/sbom.py).
+    The first import here hides each of them that is not loaded yet (an import of a module
+    whose ``sys.modules`` entry is None raises ImportError, which jsonschema expects of a
+    module that is not installed), then unhides them: a later import of one works as usual.
+    The bill of materials, whose CycloneDX schema is checked with formats, is validated in a
+    process of its own (matrix/image/sbom.py).
     """
-    if "jsonschema" not in sys.modules and SLOW_FORMAT_MODULE not in sys.modules:
-        sys.modules[SLOW_FORMAT_MODULE] = None  # type: ignore[assignment]  # import -> ImportError
-        try:
-            import jsonschema
-        finally:
-            del sys.modules[SLOW_FORMAT_MODULE]
-        return jsonschema
-    import jsonschema
+    if "jsonschema" in sys.modules:
+        import jsonschema
 
+        return jsonschema
+    hidden = [name for name in FORMAT_MODULES if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        import jsonschema
+    finally:
+        for name in hidden:
+            del sys.modules[name]
     return jsonschema
 
 
