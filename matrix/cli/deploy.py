@@ -213,15 +213,12 @@ def sbatch(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
 
     launcher = choose(launcher, LAUNCHERS, "launcher", "--launcher")
     ranks = choose(ranks, sb.RANKS, "rank starter", "--ranks")
-    if ranks != "srun" and launcher not in sb.PER_RANK:
-        raise UsageError(f"--ranks {ranks}: only for --launcher mpirun ({launcher} runs one task "
-                         "per node)")
-    options = sb.SlurmOptions(ranks)
-    writer.check(launcher, options_nodes(nodes), command, options)
+    slurm = sb.SlurmOptions(ranks)
+    writer.check(launcher, options_nodes(nodes), command, slurm)  # --ranks, a launcher command
     given = _generator_input(writer, stacks_file, stacks, nodes, instance_type, launcher, output,
                              command, mounts, scheduler=sb.plan_scheduler(launcher, ranks))
     uri = _image(given, image_uri)
-    script = writer.render(_spec(given, uri, launcher, attempts=tries), options)
+    script = writer.render(_spec(given, uri, launcher, attempts=tries), slurm)
     _emit(given, writer.text(script), output)
     return script
 

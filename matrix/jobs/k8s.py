@@ -383,21 +383,19 @@ def build_manifest(
     wait_timeout_s: int = DEFAULT_WAIT_TIMEOUT_S,
     attempts: int = DEFAULT_ATTEMPTS,
     notices: Sequence[str] = (),
-    launcher: str | None = None,
 ) -> dict[str, Any]:
     """The ``kind`` manifest (pytorchjob, trainjob, mpijob) for ``nodes`` x ``instance_type``,
     validated against the vendored CRD, after the checks a :class:`JobSpec` makes (this
     function's callers may pass loose arguments). ``attempts``: a PyTorchJob's runs (see
-    RESTART_NEVER); an MPIJob or TrainJob has no exit-code retry. ``launcher``: the unit every pod
-    is told to run (default the kind's, :data:`LAUNCHER`). Raises :class:`UserError` on bad
-    input."""
+    RESTART_NEVER); an MPIJob or TrainJob has no exit-code retry. Raises :class:`UserError` on
+    bad input."""
     check_attempts(attempts)
     check_kind(kind, elastic)
     instance = get_instance_type(instance_type)
     check_nodes(nodes)
     check_has_command(command)
     check_pinned(image_uri)
-    variables = mnp_environment(instance, launcher or LAUNCHER[kind], fabric, wait_timeout_s, env)
+    variables = mnp_environment(instance, LAUNCHER[kind], fabric, wait_timeout_s, env)
     return _manifest(kind, stack, nodes, instance, image_uri, command, variables,
                      effective_fabric(instance, fabric), mounts, claims, elastic, attempts,
                      notices)

@@ -82,7 +82,7 @@ from typing import Any
 
 from entrypoint import launchers
 from entrypoint.core.errors import INFRASTRUCTURE_EXIT
-from matrix.errors import UserError
+from matrix.errors import UsageError, UserError
 from matrix.jobs.mounts import Mount, pyxis_mounts
 from matrix.jobs.roles import Devices, Role
 from matrix.jobs.spec import (
@@ -144,10 +144,10 @@ def check_ranks(launcher: str, ranks: str) -> None:
     """``--ranks``: one of :data:`RANKS`, and ``mpirun`` only for a launcher whose ranks Slurm
     could start (the others run one task per node whatever is asked)."""
     if ranks not in RANKS:
-        raise UserError(f"--ranks {ranks!r}: expected one of {', '.join(RANKS)}")
+        raise UsageError(f"--ranks {ranks!r}: expected one of {', '.join(RANKS)}")
     if launcher not in PER_RANK and ranks != RANKS[0]:
-        raise UserError(f"--ranks {ranks}: only for --launcher mpirun ({launcher} runs one task "
-                        "per node)")
+        raise UsageError(f"--ranks {ranks}: only for --launcher mpirun ({launcher} runs one task "
+                         "per node)")
 
 
 def layout(instance: InstanceType, launcher: str, ranks: str = "srun") -> Layout:

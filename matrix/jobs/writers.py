@@ -4,8 +4,7 @@ scheduler's writer is adding that one module; nothing else names the writers one
 ``invoke explain``, the tasks and the contract test iterate :func:`all_writers`.
 
 The modules are found by reading their source (``ast``) and imported only then, so listing the
-writers imports no module that is not one (``rehearse`` needs Docker's client). ``register`` adds
-a writer defined elsewhere (a test's).
+writers imports no module that is not one (``rehearse`` needs Docker's client).
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from matrix.jobs.writer import Writer
 
 PACKAGE = "matrix.jobs"
 MARK = "WRITER"
-_REGISTERED: list[Writer] = []
 
 
 def _marked(path: Path) -> bool:
@@ -32,7 +30,8 @@ def _marked(path: Path) -> bool:
 
 
 @cache
-def _discovered() -> tuple[Writer, ...]:
+def all_writers() -> tuple[Writer, ...]:
+    """Every writer, in the order of its module's name."""
     found = []
     for path in sorted(Path(__file__).parent.glob("*.py")):
         if _marked(path):
@@ -40,21 +39,12 @@ def _discovered() -> tuple[Writer, ...]:
             if not isinstance(writer, Writer):  # a programming error, not a user's
                 raise TypeError(f"{PACKAGE}.{path.stem}.WRITER is not a matrix.jobs.writer.Writer")
             found.append(writer)
+    for key, what in ((lambda w: (w.task,), "task"), (lambda w: w.schedulers, "scheduler")):
+        names = [name for writer in found for name in key(writer)]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:  # explain and the tasks pick a writer by these: each must name one
+            raise TypeError(f"two writers claim the {what} {', '.join(twice)}")
     return tuple(found)
-
-
-def all_writers() -> tuple[Writer, ...]:
-    """Every writer: the modules' own, then the registered ones."""
-    return _discovered() + tuple(_REGISTERED)
-
-
-def register(writer: Writer) -> None:
-    """Add a writer defined outside ``matrix/jobs/`` (``unregister`` takes it away again)."""
-    _REGISTERED.append(writer)
-
-
-def unregister(writer: Writer) -> None:
-    _REGISTERED.remove(writer)
 
 
 def for_task(task: str) -> Writer:
