@@ -7,6 +7,10 @@ EFA interface (fabric ``efa`` only), an unlimited memlock ulimit, a sized ``/dev
 ``MNP_*`` settings the in-container entrypoint reads. The result is checked against botocore's
 own Batch model before it is returned, so a malformed definition fails here and not at
 ``RegisterJobDefinition`` time.
+
+:class:`BatchWriter` (``WRITER``, see ``matrix/jobs/writer.py``) renders a job spec so for
+``invoke jobdef`` and ``invoke explain``, and :func:`batch_roles` reads each node back from the
+definition as Batch starts it.
 """
 
 from __future__ import annotations

@@ -28,6 +28,10 @@ operator's ``authorized_keys``, never running the command itself (as a Batch chi
 listens on port 22, where the operator's launcher reaches workers with plain ``ssh``; a readiness
 probe on that port lets ``launcherCreationPolicy: WaitForWorkersReady`` start the launcher only
 once every worker accepts connections.
+
+:class:`KubeflowWriter` (``WRITER``, see ``matrix/jobs/writer.py``) renders a job spec so for
+``invoke k8s`` and ``invoke explain``, and :func:`k8s_roles` reads each role back from the
+manifest as its operator starts it.
 """
 
 from __future__ import annotations

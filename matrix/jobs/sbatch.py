@@ -70,6 +70,10 @@ job with that status. Every attempt appends to the one output file (``--open-mod
 Slurm 22.05's manuals for these: https://slurm.schedmd.com/sbatch.html#OPT_requeue,
 https://slurm.schedmd.com/sbatch.html#OPT_SLURM_RESTART_COUNT and
 https://slurm.schedmd.com/scontrol.html#OPT_requeue.
+
+:class:`SlurmWriter` (``WRITER``, see ``matrix/jobs/writer.py``) renders a job spec so for
+``invoke sbatch`` and ``invoke explain``, and :func:`slurm_roles` reads each task back from the
+script as srun starts it.
 """
 
 from __future__ import annotations
