@@ -24,7 +24,8 @@ import pytest
 from entrypoint import launchers
 from matrix.image.declared import image_facts
 from matrix.jobs import explain as ex
-from matrix.jobs import jobdef, k8s, roles, sbatch
+from matrix.jobs import roles, writers
+from matrix.jobs.spec import JobSpec
 from tests.helpers import project_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,21 +51,18 @@ sys.exit(main.main(sys.argv[3:]))
 JOBS = [("cpu-tcp", "c5n.18xlarge"), ("cuda11.7-efa", "p4d.24xlarge"),
         ("synapseai1.6-efa", "dl1.24xlarge")]
 # every scheduler explain writes a job for, with the launcher its writer writes by default
-SCHEDULED = {"batch": "mpirun", "slurm": "torchrun", **k8s.LAUNCHER}
+SCHEDULED = {scheduler: writer.explained(scheduler, None, None).launcher
+             for writer in writers.all_writers() for scheduler in writer.schedulers}
 
 
 def written_roles(scheduler: str, stack: str, itype: str, nodes: int,
                   launcher: str) -> list[roles.Role]:
-    """What the user's writer writes for the job, read back role by role."""
-    entry = MATRIX.stack(stack)
-    if scheduler == "batch":
-        return roles.batch_roles(jobdef.definition_for_stack(
-            entry, nodes, itype, IMAGE, command=COMMAND, launcher=launcher))
-    if scheduler == "slurm":
-        return roles.slurm_roles(sbatch.build_sbatch_script(
-            stack, nodes, itype, IMAGE, COMMAND, launcher=launcher, fabric=entry.fabric), itype)
-    return roles.k8s_roles(k8s.build_manifest(scheduler, stack, nodes, itype, IMAGE, COMMAND,
-                                              fabric=entry.fabric))
+    """What the user's writer writes for the job (the writer its task calls), read back role by
+    role."""
+    writer = writers.for_scheduler(scheduler)
+    variant = writer.explained(scheduler, launcher, None)
+    job = JobSpec.of(MATRIX.stack(stack), itype, nodes, IMAGE, variant.launcher, COMMAND)
+    return writer.roles(writer.render(job, variant.options))
 
 
 def own_dry_run(stack: str, role: roles.Role, tmp: Path) -> tuple[int, str]:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from matrix.cli import options
 from matrix.cli.options import (
@@ -27,6 +26,10 @@ from matrix.errors import EXIT_CANNOT, SEPARATOR, UsageError, UserError
 from matrix.image.plan import plan
 from matrix.model.entities import Matrix
 from matrix.model.settings import ROOT
+
+if TYPE_CHECKING:  # the writers are imported where used: listing the tasks stays quick
+    from matrix.jobs.spec import JobSpec
+    from matrix.jobs.writer import Writer
 
 # --- push, jobdef, run ---------------------------------------------------------------------------
 
@@ -63,8 +66,6 @@ def _push_line(line: str) -> None:
 
 
 JOB_COMMAND_EXAMPLE = "-- python3 train.py"
-# Who runs what each generator writes, as its refusals name it.
-SCHEDULER_NAMES = {"jobdef": "AWS Batch", "sbatch": "Slurm", "k8s": "Kubernetes"}
 
 
 @dataclass
@@ -82,13 +83,20 @@ class Generated:
     target: Path | None
 
 
-def _generator_input(task: str, what: str, stacks_file: str, stacks: Any, nodes: Any,
+def _writer(task: str) -> Writer:
+    """The writer (matrix/jobs/writers.py) whose artefact the task ``task`` writes."""
+    from matrix.jobs import writers
+
+    return writers.for_task(task)
+
+
+def _generator_input(writer: Writer, stacks_file: str, stacks: Any, nodes: Any,
                      instance_type: str | None, launcher: str, output: str | None,
                      command: list[str], mounts: Any, claims: Any = None,
                      scheduler: str = "batch") -> Generated:
     """The checks every generator makes, in the order a user fixes them: the command line
     first (exit 2), then the stack on the instance and the plan (exit 1), nothing written."""
-    from matrix.jobs import jobdef as jd
+    from matrix.jobs import spec
     from matrix.jobs.mounts import parse_all
     from matrix.model.instances import INSTANCE_TYPES
 
@@ -96,15 +104,15 @@ def _generator_input(task: str, what: str, stacks_file: str, stacks: Any, nodes:
     instance_type = choose(require(instance_type, "--instance-type", "c5n.18xlarge"),
                            INSTANCE_TYPES, "instance type", "--instance-type")
     if not command:
-        raise UsageError(f"give the training command after --, e.g. invoke {task} --nodes "
-                         f"{count} --instance-type {instance_type} {JOB_COMMAND_EXAMPLE} (it "
-                         f"becomes {what}, word for word)")
+        raise UsageError(f"give the training command after --, e.g. invoke {writer.task} "
+                         f"--nodes {count} --instance-type {instance_type} "
+                         f"{JOB_COMMAND_EXAMPLE} (it becomes {writer.what}, word for word)")
     parsed_mounts, parsed_claims = parse_all(mounts, claims)
-    target = output_path(output, FILE_NAMES[task]) if output else None
+    target = output_path(output, FILE_NAMES[writer.task]) if output else None
     matrix = load(stacks_file)
     stack = one_stack(matrix, stacks)
     # before the image: no engine needed; a refusal names the scheduler the task writes for
-    jd.check_pair(matrix.stack(stack), instance_type, SCHEDULER_NAMES[task])
+    spec.check_pair(matrix.stack(stack), instance_type, writer.scheduler_name)
     _refuse_problems(matrix, stack, instance_type, count, launcher, command, scheduler)
     return Generated(matrix, stack, count, instance_type, command, parsed_mounts, parsed_claims,
                      target)
@@ -140,6 +148,17 @@ def _emit(given: Generated, text: str, output: str | None) -> None:
         print(text, end="" if text.endswith("\n") else "\n")
 
 
+def _spec(given: Generated, uri: str, launcher: str, *, attempts: int,
+          elastic: tuple[int, int] | None = None) -> JobSpec:
+    """The job every writer renders, checked once (``matrix.jobs.spec.JobSpec``)."""
+    from matrix.jobs.spec import JobSpec
+
+    stack = given.matrix.stack(given.stack)
+    return JobSpec.of(stack, given.instance_type, given.nodes, uri, launcher, given.command,
+                      mounts=given.mounts, claims=given.claims, attempts=attempts,
+                      elastic=elastic, notices=notices_for(stack, given.instance_type))
+
+
 def jobdef(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
            image_uri: str | None, secret_arn: str | None, execution_role_arn: str | None,
            launcher: str, output: str | None, register: bool, command: list[str],
@@ -150,22 +169,17 @@ def jobdef(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
     ``attempts`` (default 2) bounds the runs; only infrastructure failures are retried."""
     from matrix.jobs import jobdef as jd
 
+    writer = _writer("jobdef")
     launcher = choose(launcher, LAUNCHERS, "launcher", "--launcher")
     tries = attempts_option(attempts, jd.MAX_ATTEMPTS)
-    given = _generator_input("jobdef", "the job definition's command", stacks_file, stacks,
-                             nodes, instance_type, launcher, output, command, mounts)
+    given = _generator_input(writer, stacks_file, stacks, nodes, instance_type, launcher, output,
+                             command, mounts)
     uri = _image(given, image_uri)
-    definition = jd.definition_for_stack(given.matrix.stack(given.stack), given.nodes,
-                                         given.instance_type, uri, secret_arn=secret_arn,
-                                         launcher=launcher, execution_role_arn=execution_role_arn,
-                                         command=command, mounts=given.mounts,
-                                         attempts=tries,
-                                         notices=notices_for(given.matrix.stack(given.stack),
-                                                             given.instance_type))
-    text = json.dumps(definition, indent=2)
+    definition = writer.render(_spec(given, uri, launcher, attempts=tries),
+                               jd.BatchOptions(secret_arn, execution_role_arn))
     # the AWS session first: a missing region or profile is said before anything is written
     client = jd.batch_client_for(region, profile) if register else None
-    _emit(given, text, output)
+    _emit(given, writer.text(definition), output)
     if client is not None:
         answer = jd.register_job_definition(definition, client)
         print(f"registered {answer.get('jobDefinitionArn', '?')}")
@@ -175,10 +189,10 @@ def jobdef(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
 def attempts_option(value: Any, maximum: int) -> int:
     """``--attempts``: 1 (no retry) to ``maximum``; 2 when not given (one retry after an
     infrastructure failure)."""
-    from matrix.jobs import jobdef as jd
+    from matrix.jobs import spec
 
     if value is None:
-        return jd.DEFAULT_ATTEMPTS
+        return spec.DEFAULT_ATTEMPTS
     count = integer(value, "--attempts", 1)
     if count > maximum:
         raise UsageError(f"--attempts {count}: at most {maximum}")
@@ -191,32 +205,27 @@ def sbatch(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
     """Write a Slurm batch script (pyxis/enroot) that runs the command on every node;
     ``attempts`` (default 2) bounds its requeues, which only infrastructure failures get;
     ``ranks`` says who starts an mpirun job's ranks (srun, or mpirun from node 0)."""
-    from matrix.jobs import jobdef as jd
     from matrix.jobs import sbatch as sb
+    from matrix.jobs import spec
 
-    tries = attempts_option(attempts, jd.MAX_ATTEMPTS)
+    writer = _writer("sbatch")
+    tries = attempts_option(attempts, spec.MAX_ATTEMPTS)
 
     launcher = choose(launcher, LAUNCHERS, "launcher", "--launcher")
     ranks = choose(ranks, sb.RANKS, "rank starter", "--ranks")
-    if ranks != "srun" and launcher not in sb.PER_RANK:
-        raise UsageError(f"--ranks {ranks}: only for --launcher mpirun ({launcher} runs one task "
-                         "per node)")
-    # with srun --mpi=pmix every task is one rank: the plan to check is mpirun's (what the ranks
-    # need from the stack); otherwise the entrypoint runs once per node of a Slurm step
-    scheduler = "batch" if launcher in sb.PER_RANK and ranks == "srun" else "slurm"
-    sb.check_command(launcher, options.nodes(require(nodes, "--nodes", "2")), command)
-    given = _generator_input("sbatch", "the srun line's command", stacks_file, stacks, nodes,
-                             instance_type, launcher, output, command, mounts,
-                             scheduler=scheduler)
+    slurm = sb.SlurmOptions(ranks)
+    writer.check(launcher, options_nodes(nodes), command, slurm)  # --ranks, a launcher command
+    given = _generator_input(writer, stacks_file, stacks, nodes, instance_type, launcher, output,
+                             command, mounts, scheduler=sb.plan_scheduler(launcher, ranks))
     uri = _image(given, image_uri)
-    script = sb.build_sbatch_script(given.stack, given.nodes, given.instance_type, uri, command,
-                                    launcher=launcher, ranks=ranks,
-                                    fabric=given.matrix.stack(given.stack).fabric,
-                                    mounts=given.mounts, max_attempts=tries,
-                                    notices=notices_for(given.matrix.stack(given.stack),
-                                                        given.instance_type))
-    _emit(given, script, output)
+    script = writer.render(_spec(given, uri, launcher, attempts=tries), slurm)
+    _emit(given, writer.text(script), output)
     return script
+
+
+def options_nodes(nodes: Any) -> int:
+    """``--nodes`` as the tasks read it (one line, exit 2, when it is missing or bad)."""
+    return options.nodes(require(nodes, "--nodes", "2"))
 
 
 def k8s(stacks_file: str, stacks: Any, kind: str | None, nodes: Any, instance_type: str | None,
@@ -225,6 +234,7 @@ def k8s(stacks_file: str, stacks: Any, kind: str | None, nodes: Any, instance_ty
     """Write a Kubeflow PyTorchJob, TrainJob or MPIJob, checked against the vendored CRD."""
     from matrix.jobs import k8s as kube
 
+    writer = _writer("k8s")
     kind = choose(require(kind, "--kind", "pytorchjob"), kube.KINDS, "kind", "--kind")
     tries = attempts_option(attempts, kube.MAX_ATTEMPTS)
     if kind != "pytorchjob" and attempts is not None and tries > 1:
@@ -233,21 +243,17 @@ def k8s(stacks_file: str, stacks: Any, kind: str | None, nodes: Any, instance_ty
                          "leave it out")
     if kind != "pytorchjob":
         tries = 1
-    count = options.nodes(require(nodes, "--nodes", "2"))
+    count = options_nodes(nodes)
     if elastic is not None and kind != "pytorchjob":
         raise UsageError(f"--elastic {elastic}: only --kind pytorchjob has elastic bounds")
     bounds = kube.parse_elastic(elastic, count)
-    given = _generator_input("k8s", "every pod's args", stacks_file, stacks, count,
-                             instance_type, kube.LAUNCHER[kind], output, command, mounts, claims,
+    given = _generator_input(writer, stacks_file, stacks, count, instance_type,
+                             kube.LAUNCHER[kind], output, command, mounts, claims,
                              scheduler=kind)
     uri = _image(given, image_uri)
-    manifest = kube.build_manifest(kind, given.stack, given.nodes, given.instance_type, uri,
-                                   command, fabric=given.matrix.stack(given.stack).fabric,
-                                   mounts=given.mounts, claims=given.claims, elastic=bounds,
-                                   attempts=tries,
-                                   notices=notices_for(given.matrix.stack(given.stack),
-                                                       given.instance_type))
-    _emit(given, kube.to_yaml(manifest), output)
+    manifest = writer.render(_spec(given, uri, kube.LAUNCHER[kind], attempts=tries,
+                                   elastic=bounds), kube.KubeflowOptions(kind))
+    _emit(given, writer.text(manifest), output)
     return manifest
 
 

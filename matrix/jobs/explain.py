@@ -1,9 +1,11 @@
 """``invoke explain``: every role of a job as its scheduler would start it, each with what that
 role's own dry run prints, without hardware, without an image and without a build.
 
-1. The job is written as the scheduler's writer writes it (``invoke jobdef``, ``sbatch``, ``k8s``:
-   their build functions) and each role is read back from it (:mod:`matrix.jobs.roles`: the
-   environment, arguments, devices and mounted files the scheduler gives that pod/task/node).
+1. The job is written as the scheduler's writer writes it (the writer of
+   :mod:`matrix.jobs.writers` that covers the scheduler renders the job's
+   :class:`~matrix.jobs.spec.JobSpec`, as its task does) and each role is read back from it by
+   that writer (``Writer.roles``: the environment, arguments, devices and mounted files the
+   scheduler gives that pod/task/node).
    A scheduler the entrypoint has an adapter for but no task writes a job for is explained from
    its adapter's ``example`` (:func:`adapter_roles`).
 2. Each role's node facts are declarations: versions from stacks.yaml, programs, library folders
@@ -59,7 +61,7 @@ RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2")  # an elastic PyTorchJob's rdzvBacke
 
 class ExplainError(UsageError):
     """Unknown stack, instance type or launcher, or a bad node count: one line, exit status 2
-    (a pair the rules refuse is :func:`matrix.jobs.jobdef.check_pair`'s UserError: 1)."""
+    (a pair the rules refuse is :func:`matrix.jobs.spec.check_pair`'s UserError: 1)."""
 
 
 @dataclass
@@ -206,14 +208,14 @@ def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
     picks its own (mpirun on Batch and for a launcher, torchrun or torch.distributed.launch on a
     node of Slurm, a PyTorchJob or a TrainJob). ``rdzv`` (c10d, etcd, etcd-v2) makes the
     PyTorchJob elastic, with that rendezvous backend. Raises :class:`ExplainError` for unknown
-    names or bad numbers, and :func:`matrix.jobs.jobdef.check_pair`'s UserError for a pair it
+    names or bad numbers, and :func:`matrix.jobs.spec.check_pair`'s UserError for a pair it
     refuses."""
-    from matrix.jobs import jobdef
+    from matrix.jobs import spec, writers
 
     _check_request(matrix, stack_name, instance_type, nodes, launcher, scheduler, rdzv)
     stack = matrix.stacks[stack_name]
-    # the check invoke jobdef makes: the stack's rules as if it targeted only this type
-    jobdef.check_pair(stack, instance_type)
+    # the check every writer's task makes: the stack's rules as if it targeted only this type
+    spec.check_pair(stack, instance_type)
     given = list(command or PLACEHOLDER_COMMAND)
     derived = artefact_roles(stack, instance_type, nodes, launcher, given, scheduler, rdzv)
     if launcher is None:
@@ -232,9 +234,10 @@ def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
         notes.append(f"{instance_type} is not one of {stack_name}'s instances "
                      f"({', '.join(stack.instances)}): shown as asked")
     unit = sections[0].plan.launcher["unit"]
+    writer = writers.for_scheduler(scheduler)
     header = (f"invoke explain: stack {stack_name} on {nodes} x {instance_type} under "
               f"{scheduler}, launcher {unit}{' (each role picks)' if launcher is None else ''}: "
-              + (f"each role of what {WRITERS[scheduler]} writes" if scheduler in WRITERS
+              + (f"each role of what {writer.command_line(scheduler)} writes" if writer
                  else "each role the adapter's example describes")
               + ", with what its own dry run "
               f"(MNP_DRY_RUN=1) prints. Facts from the stack's declarations and the instance "
@@ -242,10 +245,6 @@ def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
     return Explained(header, sections, notes)
 
 
-# The task that writes each scheduler's artefact (what ``explain`` derives the roles from).
-WRITERS = {"batch": "invoke jobdef", "slurm": "invoke sbatch", "pytorchjob": "invoke k8s --kind "
-           "pytorchjob", "trainjob": "invoke k8s --kind trainjob",
-           "mpijob": "invoke k8s --kind mpijob"}
 # What the dry run shows that only the node itself can know (placeholders here).
 NODE_ONLY = ("its address and interface", "fi_info's answer", "/dev/shm and free space",
              "the LC_CTYPE its python3 sets when LANG is unset (PEP 538)")
@@ -255,34 +254,18 @@ IMAGE_URI = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp-stacks@sha256:" + 
 
 def artefact_roles(stack: Stack, instance_type: str, nodes: int, launcher: str | None,
                    command: list[str], scheduler: str, rdzv: str | None) -> list[Role]:
-    """What ``scheduler``'s writer generates for the job, read back role by role
-    (:mod:`matrix.jobs.roles`). ``launcher=None``: the launcher the writer writes by default."""
-    from matrix.jobs import jobdef, k8s, roles, sbatch
+    """What ``scheduler``'s writer generates for the job, read back role by role by that writer
+    (``Writer.roles``). ``launcher=None``: the launcher the writer writes by default."""
+    from matrix.jobs import writers
+    from matrix.jobs.spec import JobSpec
 
-    if scheduler not in WRITERS:
+    writer = writers.for_scheduler(scheduler)
+    if writer is None:
         return adapter_roles(stack, instance_type, nodes, launcher, command, scheduler)
-    if scheduler == "batch":
-        definition = jobdef.definition_for_stack(stack, nodes, instance_type, IMAGE_URI,
-                                                 command=command, launcher=launcher or "mpirun")
-        return roles.batch_roles(definition)
-    if scheduler == "slurm":
-        # no launcher: one task per node (any launcher but a per-rank one), each picks its own
-        script = sbatch.build_sbatch_script(stack.name, nodes, instance_type, IMAGE_URI, command,
-                                            launcher=launcher or "torchrun", fabric=stack.fabric)
-        return roles.slurm_roles(script, instance_type)
-    own = k8s.LAUNCHER[scheduler]
-    manifest = k8s.build_manifest(scheduler, stack.name, nodes, instance_type, IMAGE_URI, command,
-                                  fabric=stack.fabric, elastic=(nodes, nodes) if rdzv else None,
-                                  env={"MNP_LAUNCHER": launcher} if launcher not in (None, own)
-                                  else None)
-    if rdzv:  # the writer writes c10d; another backend is this edit of its manifest
-        policy = manifest["spec"]["elasticPolicy"]
-        policy["rdzvBackend"] = rdzv
-        if rdzv.startswith("etcd"):  # the etcd server the user runs, as the adapter names it
-            endpoint = ep_schedulers.pytorchjob.elastic_example(nodes, rdzv)["PET_RDZV_ENDPOINT"]
-            host, _, port = endpoint.rpartition(":")
-            policy.update(rdzvHost=host, rdzvPort=int(port))
-    return roles.k8s_roles(manifest)
+    variant = writer.explained(scheduler, launcher, rdzv)
+    job = JobSpec.of(stack, instance_type, nodes, IMAGE_URI, variant.launcher, command,
+                     elastic=(nodes, nodes) if variant.elastic else None)
+    return writer.roles(writer.render(job, variant.options))
 
 
 def adapter_roles(stack: Stack, instance_type: str, nodes: int, launcher: str | None,

@@ -7,13 +7,18 @@ EFA interface (fabric ``efa`` only), an unlimited memlock ulimit, a sized ``/dev
 ``MNP_*`` settings the in-container entrypoint reads. The result is checked against botocore's
 own Batch model before it is returned, so a malformed definition fails here and not at
 ``RegisterJobDefinition`` time.
+
+:class:`BatchWriter` (``WRITER``, see ``matrix/jobs/writer.py``) renders a job spec so for
+``invoke jobdef`` and ``invoke explain``, and :func:`batch_roles` reads each node back from the
+definition as Batch starts it.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -23,21 +28,30 @@ from botocore.model import Shape
 from botocore.validate import validate_parameters
 
 from entrypoint.core.errors import INFRASTRUCTURE_EXIT
-from entrypoint.launchers import NAMES as LAUNCHERS
+from entrypoint.launchers import NAMES as LAUNCHER_NAMES
 from matrix.errors import UserError
 from matrix.jobs.mounts import Mount, batch_volumes
+from matrix.jobs.roles import Devices, Role
 from matrix.jobs.spec import (  # noqa: F401 (the writers' shared names, read here by tests)
     DEFAULT_ATTEMPTS,
     DEFAULT_WAIT_TIMEOUT_S,
     MAX_ATTEMPTS,
     SECRET_ENV_NAME,
+    JobSpec,
     batch_tags,
+    check_fabric,
+    check_launcher,
+    check_nodes,
+    check_pair,
+    check_pinned,
+    effective_fabric,
     is_pinned,
     mnp_environment,
+    unused_accelerators,
 )
+from matrix.jobs.writer import Variant, Writer
 from matrix.model.entities import Stack
 from matrix.model.instances import InstanceType, get_instance_type, job_memory_mib
-from matrix.model.rules import blocking, check_stack
 
 # Batch's status reason when the instance under the job went away (a Spot reclaim, a host
 # failure): "Host EC2 (instance i-...) terminated." The Batch user guide's retry example matches
@@ -160,39 +174,59 @@ def build_job_definition(
     input.
     """
     instance = get_instance_type(instance_type)
-    effective_fabric = _checked_fabric(instance, launcher, nodes, image_uri, fabric)
+    fabric_used = _checked_fabric(instance, launcher, nodes, image_uri, fabric)
     environment = mnp_environment(instance, launcher, fabric, wait_timeout_s, env)
-    container = _base_container(instance, image_uri, effective_fabric, environment)
+    options = BatchOptions(secret_arn, execution_role_arn, job_role_arn, name, attempt_timeout_s)
+    return _definition(stack, nodes, instance, image_uri, environment, fabric_used, options,
+                       command or (), mounts, attempts, notices)
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """What a Batch job definition takes besides the :class:`JobSpec`: ``secret_arn`` (a Secrets
+    Manager or SSM parameter ARN, the ``MNP_SECRET`` variable), the IAM roles, the definition's
+    name (default :func:`default_job_definition_name`) and the per-attempt timeout."""
+
+    secret_arn: str | None = None
+    execution_role_arn: str | None = None
+    job_role_arn: str | None = None
+    name: str | None = None
+    attempt_timeout_s: int | None = None
+
+
+def _definition(stack: str, nodes: int, instance: InstanceType, image_uri: str,
+                environment: Mapping[str, str], fabric: str, options: BatchOptions,
+                command: Sequence[str], mounts: Sequence[Mount], attempts: int,
+                notices: Sequence[str]) -> dict[str, Any]:
+    """The definition from checked parts (a :class:`JobSpec`'s), validated against botocore's
+    Batch model."""
+    container = _base_container(instance, image_uri, fabric, environment)
     if command:
         container["command"] = list(command)
     if mounts:
         container["volumes"], container["mountPoints"] = batch_volumes(mounts)
-    _add_secret_and_roles(container, secret_arn, execution_role_arn, job_role_arn)
+    _add_secret_and_roles(container, options.secret_arn, options.execution_role_arn,
+                          options.job_role_arn)
     definition = _multinode_definition(
-        name or default_job_definition_name(stack, nodes, instance.name),
+        options.name or default_job_definition_name(stack, nodes, instance.name),
         stack, nodes, instance.name, container)
     definition["retryStrategy"] = retry_strategy(attempts)
     definition["tags"].update(batch_tags(notices))  # what the submitter must know (spec.py)
-    if attempt_timeout_s is not None:
-        definition["timeout"] = {"attemptDurationSeconds": attempt_timeout_s}
+    if options.attempt_timeout_s is not None:
+        definition["timeout"] = {"attemptDurationSeconds": options.attempt_timeout_s}
     validate_job_definition(definition)
     return definition
 
 
 def _checked_fabric(instance: InstanceType, launcher: str, nodes: int, image_uri: str,
                     fabric: str | None) -> str:
-    """The fabric the entrypoint is told (``MNP_FABRIC``), after refusing a request Batch or
-    the nodes would reject; ``fabric`` defaults to ``efa`` on types with EFA, ``tcp`` otherwise."""
-    if launcher not in LAUNCHERS:
-        # the entrypoint's launcher units: anything else is rejected by every node at start
-        raise UserError(f"--launcher {launcher!r} is not one of {', '.join(LAUNCHERS)}")
-    if nodes < 1:
-        raise UserError(f"--nodes {nodes}: a multi-node job needs at least 1 node")
-    if not is_pinned(image_uri):
-        raise UserError(f"--image-uri {image_uri!r} must name the image by digest (@sha256:...)")
-    if fabric == "efa" and not instance.has_efa:
-        raise UserError(f"--fabric efa: {instance.name} has no EFA interface")
-    return fabric or ("efa" if instance.has_efa else "tcp")
+    """The fabric the entrypoint is told (``MNP_FABRIC``), after the checks a :class:`JobSpec`
+    makes (this function's callers may pass loose arguments)."""
+    check_launcher(launcher)
+    check_nodes(nodes)
+    check_pinned(image_uri)
+    check_fabric(instance, fabric)
+    return effective_fabric(instance, fabric)
 
 
 def _base_container(instance: InstanceType, image_uri: str, effective_fabric: str,
@@ -252,40 +286,6 @@ def _multinode_definition(name: str, stack: str, nodes: int, instance_name: str,
             "nodeRangeProperties": [{"targetNodes": "0:", "container": container}],
         },
     }
-
-
-def check_pair(stack: Stack, instance_type: str, scheduler: str = "AWS Batch") -> None:
-    """Refuse ``stack`` on ``instance_type`` when the instance table says it cannot work there.
-
-    The stack's rules are run as if it targeted only this instance, so every capability rule
-    (fabric efa needs EFA, a CUDA stack needs GPUs, a SynapseAI stack needs Gaudi, minimum
-    versions per instance) answers, with its source. Then the other way round: a stack without
-    the accelerator's software on an accelerator instance would hold every GPU or HPU of the
-    job and use none (the job asks ``scheduler``, e.g. AWS Batch, Slurm or Kubernetes, for all of
-    them), so it is refused too.
-    """
-    instance = get_instance_type(instance_type)
-    problems = blocking(check_stack(replace(stack, instances=(instance_type,))))
-    if problems:
-        raise UserError(f"stack {stack.name} cannot run on {instance_type}: "
-                        + " | ".join(p.sentence + f" [rule {p.rule.id}]" for p in problems))
-    unused = unused_accelerators(stack, instance, scheduler)
-    if unused:
-        raise UserError(f"stack {stack.name} cannot use {instance_type}: {unused}; pick an "
-                        "instance type without accelerators or a stack built for them")
-
-
-def unused_accelerators(stack: Stack, instance: InstanceType,
-                        scheduler: str = "AWS Batch") -> str:
-    """Why ``stack`` would leave ``instance``'s accelerators idle, or ''."""
-    versions = stack.versions()
-    if instance.gpus and "cuda" not in versions:
-        return (f"it has no CUDA, so the job would ask {scheduler} for the {instance.gpus} GPUs "
-                "of every node and use none")
-    if instance.hpus and "synapseai" not in versions:
-        return (f"it has no SynapseAI, so the job would hold the {instance.hpus} Gaudi HPUs of "
-                "every node and use none")
-    return ""
 
 
 def definition_for_stack(stack: Stack, nodes: int, instance_type: str, image_uri: str,
@@ -406,3 +406,101 @@ def register_job_definition(definition: Mapping[str, Any], batch_client: Any = N
     except BotoCoreError as exc:
         raise UserError(f"Batch RegisterJobDefinition failed: {exc}") from None
     return {key: response[key] for key in ("jobDefinitionName", "jobDefinitionArn", "revision")}
+
+
+# -- the roles of a job definition ----------------------------------------------------------------
+# The node range's ``containerProperties`` (``environment``, ``secrets``, ``command``,
+# ``resourceRequirements`` GPUs, ``linuxParameters.devices``) plus the variables Batch adds to
+# every node of a multi-node parallel job: ``AWS_BATCH_JOB_ID``, ``AWS_BATCH_JOB_ATTEMPT``,
+# ``AWS_BATCH_JOB_NUM_NODES``, ``AWS_BATCH_JOB_NODE_INDEX``, ``AWS_BATCH_JOB_MAIN_NODE_INDEX``,
+# and on child nodes only ``AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS`` (BATCH_SOURCE).
+# botocore's model of ``RegisterJobDefinition`` is the artefact's schema
+# (:func:`validate_job_definition`).
+BATCH_SOURCE = ("https://docs.aws.amazon.com/batch/latest/userguide/job_env_vars.html "
+                "(AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS: child nodes only)")
+MAIN_ADDRESS = "10.0.0.1"  # Batch's main node, as its children are told it
+
+
+def batch_roles(definition: Mapping[str, Any], job_id: str = "job-1") -> list[Role]:
+    """The main node and one child (the roles every other child repeats)."""
+    props = definition["nodeProperties"]
+    count, main = props["numNodes"], props["mainNode"]
+    indexes = sorted({main, *[i for i in range(count) if i != main][:1]})
+    return [_batch_node(props, index, count, main, job_id) for index in indexes]
+
+
+def _batch_node(props: Mapping[str, Any], index: int, count: int, main: int,
+                job_id: str) -> Role:
+    container = _node_range(props["nodeRangeProperties"], index, count)
+    env = {e["name"]: e["value"] for e in container.get("environment", [])}
+    for secret in container.get("secrets", []):
+        env[secret["name"]] = f"<{secret['valueFrom']}>"
+    env.update(AWS_BATCH_JOB_ID=job_id, AWS_BATCH_JOB_ATTEMPT="1",
+               AWS_BATCH_JOB_NUM_NODES=str(count), AWS_BATCH_JOB_NODE_INDEX=str(index),
+               AWS_BATCH_JOB_MAIN_NODE_INDEX=str(main))
+    if index != main:
+        env["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = MAIN_ADDRESS
+    gpus = sum(int(r["value"]) for r in container.get("resourceRequirements", [])
+               if r["type"] == "GPU")
+    devices = container.get("linuxParameters", {}).get("devices", [])
+    efa = sum(1 for d in devices if d["hostPath"].startswith("/dev/infiniband/uverbs"))
+    instance = get_instance_type(container["instanceType"])
+    # a privileged container sees every device of the host (the Gaudi cards)
+    hpus = instance.hpus if container.get("privileged") else 0
+    name = "main node" if index == main else f"child node {index}"
+    return Role(name, env, list(container.get("command", [])), Devices(gpus, hpus, efa),
+                instance.name)
+
+
+def _node_range(ranges: list[Mapping[str, Any]], index: int, count: int) -> Mapping[str, Any]:
+    """The container of the node range ``start:[end]`` that holds node ``index``."""
+    for item in ranges:
+        start, _, end = item["targetNodes"].partition(":")
+        low = int(start or 0)
+        high = int(end) if end else count - 1
+        if low <= index <= high:
+            return item["container"]
+    raise ValueError(f"no node range holds node {index}")
+
+
+# -- the writer -------------------------------------------------------------------------------------
+
+class BatchWriter(Writer):
+    """AWS Batch multi-node parallel jobs: ``invoke jobdef``."""
+
+    task = "jobdef"
+    scheduler_name = "AWS Batch"
+    schedulers = ("batch",)
+    what = "the job definition's command"
+
+    def variants(self) -> tuple[Variant, ...]:
+        """Every launcher unit: Batch starts one entrypoint per node, the main node launches."""
+        return tuple(Variant(name, name, BatchOptions(), "batch")
+                     for name in LAUNCHER_NAMES)
+
+    def explained(self, scheduler: str, launcher: str | None, rdzv: str | None) -> Variant:
+        """mpirun unless another launcher is asked for (``MNP_LAUNCHER``'s default)."""
+        chosen = launcher or "mpirun"
+        return Variant(chosen, chosen, BatchOptions(), "batch")
+
+    def check(self, launcher: str, nodes: int, command: Sequence[str], options: Any) -> None:
+        """Nothing of its own: every node takes every launcher."""
+
+    def render(self, spec: JobSpec, options: Any = None) -> dict[str, Any]:
+        if spec.elastic is not None:
+            raise UserError("--elastic: only a pytorchjob has elastic bounds, not an AWS Batch "
+                            "job")
+        return _definition(spec.stack.name, spec.nodes, spec.instance, spec.image_uri,
+                           spec.environment(), spec.effective_fabric, options or BatchOptions(),
+                           spec.command, spec.mounts, spec.attempts, spec.notices)
+
+    def text(self, artefact: dict[str, Any]) -> str:
+        """The ``RegisterJobDefinition`` request as JSON (``aws batch register-job-definition
+        --cli-input-json``)."""
+        return json.dumps(artefact, indent=2)
+
+    def roles(self, artefact: dict[str, Any]) -> list[Role]:
+        return batch_roles(artefact)
+
+
+WRITER = BatchWriter()

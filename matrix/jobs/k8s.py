@@ -28,6 +28,10 @@ operator's ``authorized_keys``, never running the command itself (as a Batch chi
 listens on port 22, where the operator's launcher reaches workers with plain ``ssh``; a readiness
 probe on that port lets ``launcherCreationPolicy: WaitForWorkersReady`` start the launcher only
 once every worker accepts connections.
+
+:class:`KubeflowWriter` (``WRITER``, see ``matrix/jobs/writer.py``) renders a job spec so for
+``invoke k8s`` and ``invoke explain``, and :func:`k8s_roles` reads each role back from the
+manifest as its operator starts it.
 """
 
 from __future__ import annotations
@@ -40,20 +44,28 @@ from typing import Any
 
 import yaml
 
-from entrypoint.core.limits import MAX_NODES
-from matrix.errors import UsageError, UserError
+from entrypoint.schedulers import pytorchjob as pytorchjob_adapter
+from matrix.errors import UsageError
 from matrix.jobs import crds
 from matrix.jobs.mounts import Claim, Mount, k8s_volumes
-from matrix.jobs.spec import (
+from matrix.jobs.roles import Devices, Role
+from matrix.jobs.spec import (  # noqa: F401 (MAX_ATTEMPTS: the tasks read it here)
     DEFAULT_ATTEMPTS,
     DEFAULT_WAIT_TIMEOUT_S,
     MAX_ATTEMPTS,
     NOTICE_ANNOTATION,
+    JobSpec,
     annotation,
+    check_attempts,
+    check_elastic,
+    check_has_command,
+    check_nodes,
+    check_pinned,
     comment_lines,
-    is_pinned,
+    effective_fabric,
     mnp_environment,
 )
+from matrix.jobs.writer import Variant, Writer
 from matrix.model.instances import InstanceType, get_instance_type
 
 KINDS = {"pytorchjob": "PyTorchJob", "trainjob": "TrainJob", "mpijob": "MPIJob"}
@@ -205,13 +217,7 @@ def parse_elastic(text: str | None, nodes: int) -> tuple[int, int] | None:
     if not match:
         raise UsageError(f"--elastic {text!r}: expected MIN:MAX node counts, e.g. --elastic 2:4")
     low, high = int(match.group(1)), int(match.group(2))
-    if not 1 <= low <= high <= MAX_NODES:
-        # every pod's entrypoint refuses PET_NNODES beyond its node limit (exit 2)
-        raise UsageError(f"--elastic {text}: need 1 <= MIN <= MAX <= {MAX_NODES} (the "
-                         "entrypoint's node limit)")
-    if not low <= nodes <= high:
-        raise UsageError(f"--elastic {text}: --nodes {nodes} (the pods started first) must be "
-                         f"between {low} and {high}")
+    check_elastic(low, high, nodes, text)
     return low, high
 
 
@@ -383,26 +389,39 @@ def build_manifest(
     notices: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The ``kind`` manifest (pytorchjob, trainjob, mpijob) for ``nodes`` x ``instance_type``,
-    validated against the vendored CRD. ``attempts``: a PyTorchJob's runs (see RESTART_NEVER);
-    an MPIJob or TrainJob has no exit-code retry. Raises :class:`UserError` on bad input."""
-    if not 1 <= attempts <= MAX_ATTEMPTS:
-        raise UsageError(f"--attempts {attempts}: expected 1 to {MAX_ATTEMPTS}")
+    validated against the vendored CRD, after the checks a :class:`JobSpec` makes (this
+    function's callers may pass loose arguments). ``attempts``: a PyTorchJob's runs (see
+    RESTART_NEVER); an MPIJob or TrainJob has no exit-code retry. Raises :class:`UserError` on
+    bad input."""
+    check_attempts(attempts)
+    check_kind(kind, elastic)
+    instance = get_instance_type(instance_type)
+    check_nodes(nodes)
+    check_has_command(command)
+    check_pinned(image_uri)
+    variables = mnp_environment(instance, LAUNCHER[kind], fabric, wait_timeout_s, env)
+    return _manifest(kind, stack, nodes, instance, image_uri, command, variables,
+                     effective_fabric(instance, fabric), mounts, claims, elastic, attempts,
+                     notices)
+
+
+def check_kind(kind: str, elastic: tuple[int, int] | None) -> None:
+    """One of :data:`KINDS`; an elastic range only for a PyTorchJob (the others have none)."""
     if kind not in KINDS:
         raise UsageError(f"--kind {kind!r}: expected one of {', '.join(KINDS)}")
     if elastic is not None and kind != "pytorchjob":
         raise UsageError(f"--elastic: only a pytorchjob has elastic bounds, not a {kind}")
-    instance = get_instance_type(instance_type)
-    if nodes < 1:
-        raise UserError(f"--nodes {nodes}: a job needs at least 1 node")
-    if not command:
-        raise UserError("no command given to run on the nodes (put it after --)")
-    if not is_pinned(image_uri):
-        raise UserError(f"--image-uri {image_uri!r} must name the image by digest (@sha256:...)")
-    effective = fabric or ("efa" if instance.has_efa else "tcp")
-    variables = mnp_environment(instance, LAUNCHER[kind], fabric, wait_timeout_s, env)
+
+
+def _manifest(kind: str, stack: str, nodes: int, instance: InstanceType, image_uri: str,
+              command: Sequence[str], variables: Mapping[str, str], fabric: str,
+              mounts: Sequence[Mount], claims: Sequence[Claim],
+              elastic: tuple[int, int] | None, attempts: int,
+              notices: Sequence[str]) -> dict[str, Any]:
+    """The manifest from checked parts (a :class:`JobSpec`'s), validated against its CRD."""
     job = Job(job_name(stack), stack, nodes, instance, image_uri, list(command),
               [{"name": k, "value": k8s_literal(v)} for k, v in sorted(variables.items())],
-              effective, tuple(mounts), tuple(claims))
+              fabric, tuple(mounts), tuple(claims))
     if kind == "pytorchjob":
         manifest = pytorchjob(job, elastic, attempts)
     elif kind == "trainjob":
@@ -431,3 +450,212 @@ def to_yaml(manifest: Mapping[str, Any]) -> str:
     notices = annotations.get(NOTICE_ANNOTATION, "")
     head += "".join(line + "\n" for line in comment_lines(notices.splitlines()))
     return head + yaml.dump(dict(manifest), Dumper=_PlainDumper, sort_keys=False, width=100)
+
+
+# -- the roles of a manifest ------------------------------------------------------------------------
+# Each pod template's container (``env``, ``args``, resource limits) plus what the operator
+# injects per role: the training-operator's ``PET_*``, ``MASTER_*``, ``WORLD_SIZE``/``RANK`` for a
+# PyTorchJob (PYTORCHJOB_SOURCE), Kubeflow Trainer's torch plugin ``PET_*`` for a TrainJob
+# (TRAINJOB_SOURCE), and for an MPIJob ``K_MPI_JOB_ROLE``, the launcher's ``OMPI_MCA_*`` and
+# mounted hostfile, and on the launcher (``runLauncherAsWorker`` unset) ``NVIDIA_VISIBLE_DEVICES``
+# and ``NVIDIA_DRIVER_CAPABILITIES`` blanked, with no device at all (MPIJOB_SOURCE).
+PYTORCHJOB_SOURCE = ("kubeflow/training-operator pkg/controller.v1/pytorch/envvar.go setPodEnv, "
+                     "master.go, elastic.go (release-1.9)")
+TRAINJOB_SOURCE = ("kubeflow/trainer pkg/runtime/framework/plugins/torch/torch.go (master, as "
+                   "entrypoint/schedulers/trainjob.py cites it)")
+MPIJOB_SOURCE = ("kubeflow/mpi-operator pkg/controller/mpi_job_controller.go newLauncherPodTemplate"
+                 " and newWorker (master, as entrypoint/schedulers/mpijob.py cites it)")
+# The training-operator's default PyTorchJob port, and Trainer's torch plugin's master port.
+PYTORCHJOB_PORT = "23456"
+TRAINJOB_PORT = "29500"
+MPI_HOSTFILE = "/etc/mpi/hostfile"  # where the MPI operator mounts the job's ConfigMap
+
+
+def k8s_roles(manifest: Mapping[str, Any], namespace: str = "default") -> list[Role]:
+    """Each replica type's first pod (and an MPIJob's launcher)."""
+    kind = manifest["kind"]
+    if kind == "PyTorchJob":
+        return _pytorchjob_roles(manifest)
+    if kind == "TrainJob":
+        return _trainjob_roles(manifest)
+    return _mpijob_roles(manifest, namespace)
+
+
+def _container_env(container: Mapping[str, Any]) -> dict[str, str]:
+    """The container's env as the kubelet hands it over: ``$$`` is ``$`` (no ``$(NAME)`` in what
+    the writers write: ``k8s.k8s_literal`` doubles every ``$``)."""
+    return {e["name"]: e["value"].replace("$$", "$") for e in container.get("env", [])}
+
+
+def _role_args(container: Mapping[str, Any]) -> list[str]:
+    return [word.replace("$$", "$") for word in container.get("args", [])]
+
+
+def _role_devices(limits: Mapping[str, str]) -> Devices:
+    return Devices(int(limits.get("nvidia.com/gpu", 0)), int(limits.get("habana.ai/gaudi", 0)),
+                   int(limits.get("vpc.amazonaws.com/efa", 0)))
+
+
+def _pod_instance(pod: Mapping[str, Any], manifest: Mapping[str, Any]) -> str:
+    selector = pod.get("spec", {}).get("nodeSelector") or {}
+    return selector.get("node.kubernetes.io/instance-type") or \
+        manifest["metadata"]["labels"]["mnp-stacks/instance-type"]
+
+
+def _pytorchjob_roles(manifest: Mapping[str, Any]) -> list[Role]:
+    spec = manifest["spec"]
+    name = manifest["metadata"]["name"]
+    replicas = spec["pytorchReplicaSpecs"]
+    total = sum(r["replicas"] for r in replicas.values())
+    elastic = spec.get("elasticPolicy")
+    roles = []
+    for rtype, replica in replicas.items():
+        pod = replica["template"]
+        (container,) = pod["spec"]["containers"]
+        env = _container_env(container)
+        env["PYTHONUNBUFFERED"] = "0"
+        env["PET_NPROC_PER_NODE"] = str(spec.get("nprocPerNode", "auto"))
+        rank = 0 if rtype == "Master" else (1 if "Master" in replicas else 0)
+        if "Master" in replicas:
+            master = f"{name}-master-0"
+            env.update(MASTER_ADDR=master, PET_MASTER_ADDR=master, MASTER_PORT=PYTORCHJOB_PORT,
+                       PET_MASTER_PORT=PYTORCHJOB_PORT, WORLD_SIZE=str(total), RANK=str(rank),
+                       PET_NODE_RANK=str(rank), PET_NNODES=str(total))
+        if elastic:
+            # the endpoint: rdzvHost:rdzvPort, each defaulting to the first worker and its port
+            # (training-operator pkg/controller.v1/pytorch/elastic.go:151
+            # generateEnvRDZVEndpoint, commit 1417bbc35b6e7840b3ecab1cec17dbf553ad9e85)
+            host = elastic.get("rdzvHost", f"{name}-worker-0")
+            port = elastic.get("rdzvPort", PYTORCHJOB_PORT)
+            env.update(PET_RDZV_BACKEND=elastic["rdzvBackend"],
+                       PET_RDZV_ENDPOINT=f"{host}:{port}",
+                       PET_NNODES=f"{elastic['minReplicas']}:{elastic['maxReplicas']}")
+            if "rdzvId" in elastic:
+                env["PET_RDZV_ID"] = elastic["rdzvId"]
+            if "maxRestarts" in elastic:
+                env["PET_MAX_RESTARTS"] = str(elastic["maxRestarts"])
+        limits = container.get("resources", {}).get("limits", {})
+        roles.append(Role(f"{rtype.lower()}-{rank if rtype == 'Master' else 0}", env,
+                          _role_args(container), _role_devices(limits), _pod_instance(pod, manifest)))
+    return roles
+
+
+def _trainjob_roles(manifest: Mapping[str, Any]) -> list[Role]:
+    name = manifest["metadata"]["name"]
+    trainer = manifest["spec"]["trainer"]
+    nodes = trainer["numNodes"]
+    pod = manifest["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"][
+        "replicatedJobs"][0]["template"]["spec"]["template"]
+    roles = []
+    for rank in sorted({0, nodes - 1}):
+        env = _container_env(trainer)
+        env.update(PET_NNODES=str(nodes), PET_NPROC_PER_NODE=str(trainer["numProcPerNode"]),
+                   PET_NODE_RANK=str(rank), JOB_COMPLETION_INDEX=str(rank),
+                   PET_MASTER_ADDR=f"{name}-node-0-0.{name}", PET_MASTER_PORT=TRAINJOB_PORT)
+        limits = trainer.get("resourcesPerNode", {}).get("limits", {})
+        # the trainer's command is the image's ENTRYPOINT path: the entrypoint gets the args
+        roles.append(Role(f"node-{rank}", env, _role_args(trainer), _role_devices(limits),
+                          _pod_instance(pod, manifest)))
+    return roles
+
+
+def _mpijob_roles(manifest: Mapping[str, Any], namespace: str) -> list[Role]:
+    name = manifest["metadata"]["name"]
+    spec = manifest["spec"]
+    specs = spec["mpiReplicaSpecs"]
+    slots = spec.get("slotsPerWorker", 1)
+    workers = specs["Worker"]["replicas"]
+    (launcher,) = specs["Launcher"]["template"]["spec"]["containers"]
+    env = _container_env(launcher)
+    env.update(K_MPI_JOB_ROLE="launcher", OMPI_MCA_orte_default_hostfile=MPI_HOSTFILE,
+               OMPI_MCA_orte_keep_fqdn_hostnames="true",
+               OMPI_MCA_plm_rsh_args="-o ConnectionAttempts=10",
+               OMPI_MCA_orte_set_default_slots=str(slots))
+    if not spec.get("runLauncherAsWorker"):
+        env.update(NVIDIA_VISIBLE_DEVICES="", NVIDIA_DRIVER_CAPABILITIES="")
+    hostfile = "".join(f"{name}-worker-{i}.{name}.{namespace}.svc slots={slots}\n"
+                       for i in range(workers))
+    limits = launcher.get("resources", {}).get("limits", {})
+    roles = [Role("launcher", env, _role_args(launcher), _role_devices(limits),
+                  manifest["metadata"]["labels"]["mnp-stacks/instance-type"],
+                  {MPI_HOSTFILE: hostfile})]
+    worker_pod = specs["Worker"]["template"]
+    (worker,) = worker_pod["spec"]["containers"]
+    wenv = dict(_container_env(worker), K_MPI_JOB_ROLE="worker")
+    roles.append(Role("worker-0", wenv, _role_args(worker),
+                      _role_devices(worker.get("resources", {}).get("limits", {})),
+                      _pod_instance(worker_pod, manifest)))
+    return roles
+
+
+# -- the writer -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KubeflowOptions:
+    """What a Kubeflow manifest takes besides the :class:`JobSpec`: its ``kind`` (:data:`KINDS`)
+    and, for ``invoke explain --rdzv`` only, an elastic PyTorchJob's rendezvous backend other
+    than the c10d the task writes."""
+
+    kind: str = "pytorchjob"
+    rdzv: str | None = None
+
+
+def with_rdzv_backend(manifest: dict[str, Any], backend: str, nodes: int) -> dict[str, Any]:
+    """An elastic PyTorchJob with ``backend`` (c10d, etcd, etcd-v2) instead of c10d: for etcd the
+    server the user runs, at the endpoint the entrypoint's PyTorchJob adapter's example names.
+    ``invoke explain --rdzv`` plans this edit of what ``invoke k8s --elastic`` writes."""
+    policy = manifest["spec"]["elasticPolicy"]
+    policy["rdzvBackend"] = backend
+    if backend.startswith("etcd"):
+        endpoint = pytorchjob_adapter.elastic_example(nodes, backend)["PET_RDZV_ENDPOINT"]
+        host, _, port = endpoint.rpartition(":")
+        policy.update(rdzvHost=host, rdzvPort=int(port))
+    return manifest
+
+
+class KubeflowWriter(Writer):
+    """Kubeflow PyTorchJob (static or elastic), TrainJob and MPIJob manifests: ``invoke k8s``."""
+
+    task = "k8s"
+    scheduler_name = "Kubernetes"
+    schedulers = tuple(KINDS)
+    what = "every pod's args"
+
+    def variants(self) -> tuple[Variant, ...]:
+        """Every kind with its own launcher unit, and the elastic PyTorchJob."""
+        found = [Variant(kind, LAUNCHER[kind], KubeflowOptions(kind), kind) for kind in KINDS]
+        found.insert(1, Variant("pytorchjob-elastic", LAUNCHER["pytorchjob"],
+                                KubeflowOptions("pytorchjob"), "pytorchjob", elastic=True))
+        return tuple(found)
+
+    def explained(self, scheduler: str, launcher: str | None, rdzv: str | None) -> Variant:
+        """The kind ``scheduler`` names, every pod told ``launcher`` (default the kind's own);
+        ``rdzv`` makes the PyTorchJob elastic with that backend."""
+        return Variant(scheduler, launcher or LAUNCHER[scheduler],
+                       KubeflowOptions(scheduler, rdzv), scheduler, elastic=rdzv is not None)
+
+    def command_line(self, scheduler: str) -> str:
+        return f"invoke {self.task} --kind {scheduler}"
+
+    def check(self, launcher: str, nodes: int, command: Sequence[str], options: Any) -> None:
+        check_kind((options or KubeflowOptions()).kind, None)
+
+    def render(self, spec: JobSpec, options: Any = None) -> dict[str, Any]:
+        options = options or KubeflowOptions()
+        check_kind(options.kind, spec.elastic)
+        manifest = _manifest(options.kind, spec.stack.name, spec.nodes, spec.instance,
+                             spec.image_uri, spec.command, spec.environment(),
+                             spec.effective_fabric, spec.mounts, spec.claims, spec.elastic,
+                             spec.attempts, spec.notices)
+        if options.rdzv:
+            with_rdzv_backend(manifest, options.rdzv, spec.nodes)
+        return manifest
+
+    def text(self, artefact: dict[str, Any]) -> str:
+        return to_yaml(artefact)
+
+    def roles(self, artefact: dict[str, Any]) -> list[Role]:
+        return k8s_roles(artefact)
+
+
+WRITER = KubeflowWriter()

@@ -70,6 +70,10 @@ job with that status. Every attempt appends to the one output file (``--open-mod
 Slurm 22.05's manuals for these: https://slurm.schedmd.com/sbatch.html#OPT_requeue,
 https://slurm.schedmd.com/sbatch.html#OPT_SLURM_RESTART_COUNT and
 https://slurm.schedmd.com/scontrol.html#OPT_requeue.
+
+:class:`SlurmWriter` (``WRITER``, see ``matrix/jobs/writer.py``) renders a job spec so for
+``invoke sbatch`` and ``invoke explain``, and :func:`slurm_roles` reads each task back from the
+script as srun starts it.
 """
 
 from __future__ import annotations
@@ -78,12 +82,23 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from entrypoint import launchers
 from entrypoint.core.errors import INFRASTRUCTURE_EXIT
-from matrix.errors import UserError
+from matrix.errors import UsageError, UserError
 from matrix.jobs.mounts import Mount, pyxis_mounts
-from matrix.jobs.spec import DEFAULT_WAIT_TIMEOUT_S, comment_lines, is_pinned, mnp_environment
+from matrix.jobs.roles import Devices, Role
+from matrix.jobs.spec import (
+    DEFAULT_WAIT_TIMEOUT_S,
+    JobSpec,
+    check_has_command,
+    check_nodes,
+    comment_lines,
+    is_pinned,
+    mnp_environment,
+)
+from matrix.jobs.writer import Variant, Writer
 from matrix.model.instances import InstanceType, get_instance_type
 
 # The launchers whose ranks Slurm can start itself (``ranks="srun"``); the others run once per node.
@@ -129,12 +144,18 @@ class Layout:
     wired: bool = False
 
 
-def layout(instance: InstanceType, launcher: str, ranks: str = "srun") -> Layout:
+def check_ranks(launcher: str, ranks: str) -> None:
+    """``--ranks``: one of :data:`RANKS`, and ``mpirun`` only for a launcher whose ranks Slurm
+    could start (the others run one task per node whatever is asked)."""
     if ranks not in RANKS:
-        raise UserError(f"--ranks {ranks!r}: expected one of {', '.join(RANKS)}")
+        raise UsageError(f"--ranks {ranks!r}: expected one of {', '.join(RANKS)}")
     if launcher not in PER_RANK and ranks != RANKS[0]:
-        raise UserError(f"--ranks {ranks}: only for --launcher mpirun ({launcher} runs one task "
-                        "per node)")
+        raise UsageError(f"--ranks {ranks}: only for --launcher mpirun ({launcher} runs one task "
+                         "per node)")
+
+
+def layout(instance: InstanceType, launcher: str, ranks: str = "srun") -> Layout:
+    check_ranks(launcher, ranks)
     if launcher in PER_RANK and ranks == "srun":
         return Layout(instance.slots_per_node(), True)
     return Layout(1, False, launcher in WIRED_BY_ENTRYPOINT)
@@ -241,18 +262,25 @@ def build_sbatch_script(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     notices: Sequence[str] = (),
 ) -> str:
-    """The batch script: ``nodes`` x ``instance_type`` running ``command`` in ``image_uri``."""
+    """The batch script: ``nodes`` x ``instance_type`` running ``command`` in ``image_uri``, after
+    the checks a :class:`JobSpec` makes (this function's callers may pass loose arguments)."""
     instance = get_instance_type(instance_type)
-    if nodes < 1:
-        raise UserError(f"--nodes {nodes}: a job needs at least 1 node")
+    check_nodes(nodes)
     if max_attempts < 1:
         raise UserError(f"--attempts {max_attempts}: a job runs at least once")
-    if not command:
-        raise UserError("no command given to run on the nodes (put it after --)")
+    check_has_command(command)
     check_command(launcher, nodes, command)
-    image = enroot_image(image_uri)
     shape = layout(instance, launcher, ranks)
     environment = mnp_environment(instance, launcher, fabric, wait_timeout_s, env)
+    return _script(stack, nodes, instance, image_uri, command, shape, environment, mounts,
+                   max_attempts, notices)
+
+
+def _script(stack: str, nodes: int, instance: InstanceType, image_uri: str,
+            command: Sequence[str], shape: Layout, environment: Mapping[str, str],
+            mounts: Sequence[Mount], max_attempts: int, notices: Sequence[str]) -> str:
+    """The script from checked parts (a :class:`JobSpec`'s and the layout)."""
+    image = enroot_image(image_uri)
     head = [
         "#!/bin/bash",
         f"# {stack} on {nodes} x {instance.name}, written by `invoke sbatch`; submit with sbatch.",
@@ -284,3 +312,137 @@ def directives(script: str) -> dict[str, str]:
             name, _, value = line[len("#SBATCH "):].partition("=")
             found[name] = value
     return found
+
+
+# -- the roles of a script --------------------------------------------------------------------------
+# The script's ``export`` lines (srun passes the batch script's environment to every task:
+# ``--export=ALL`` is its default) plus what srun sets per task for the script's one srun line
+# and ``#SBATCH`` lines: ``SLURM_PROCID``/``SLURM_LOCALID``/``SLURM_NODEID`` and the step's counts
+# and node list, GPUs where ``--gpus-per-node`` asks, and ``PMIX_RANK`` with ``--mpi=pmix``
+# (SLURM_SOURCE, measured on Slurm 22.05 in the project's Slurm play). The step's ``MNP_SECRET``
+# is made by the script at run time: a placeholder of its length stands for it.
+SLURM_SOURCE = ("https://slurm.schedmd.com/srun.html#SECTION_OUTPUT-ENVIRONMENT-VARIABLES; "
+                "https://slurm.schedmd.com/srun.html#OPT_export (ALL by default)")
+SECRET_PLACEHOLDER = "0" * 64  # the length of the step secret the sbatch script makes
+
+
+def slurm_roles(script: str, instance_type: str | None = None,
+                job_id: str = "1234") -> list[Role]:
+    """Node 0's first task and the last node's last task, as srun starts them; on
+    ``instance_type`` (default: the one the script tells the entrypoint, ``MNP_INSTANCE_TYPE``)."""
+    options = directives(script)  # the writer's own reader of its #SBATCH lines
+    nodes = int(options["--nodes"])
+    per_node = int(options.get("--ntasks-per-node", "1"))
+    gpus = int(options.get("--gpus-per-node", "0"))
+    exports = _exports(script)
+    srun, task = _srun_line(script)
+    instance = get_instance_type(instance_type or exports["MNP_INSTANCE_TYPE"])
+    tasks = nodes * per_node
+    hosts = f"node[1-{nodes}]" if nodes > 1 else "node1"
+    spread = f"{per_node}(x{nodes})" if nodes > 1 else str(per_node)
+    roles = []
+    for node, local in sorted({(0, 0), (nodes - 1, per_node - 1)}):
+        rank = node * per_node + local
+        env = dict(exports)
+        env.update(SLURM_JOB_ID=job_id, SLURM_JOBID=job_id, SLURM_STEP_ID="0", SLURM_STEPID="0",
+                   SLURM_NODEID=str(node), SLURM_PROCID=str(rank), SLURM_LOCALID=str(local),
+                   SLURM_NTASKS=str(tasks), SLURM_NPROCS=str(tasks), SLURM_NNODES=str(nodes),
+                   SLURM_JOB_NUM_NODES=str(nodes), SLURM_JOB_NODELIST=hosts,
+                   SLURM_NODELIST=hosts, SLURM_STEP_NODELIST=hosts,
+                   SLURM_STEP_NUM_NODES=str(nodes), SLURM_STEP_NUM_TASKS=str(tasks),
+                   SLURM_STEP_TASKS_PER_NODE=spread, SLURM_TASKS_PER_NODE=spread,
+                   SLURMD_NODENAME=f"node{node + 1}")
+        if gpus:
+            env.update(SLURM_GPUS_ON_NODE=str(gpus),
+                       CUDA_VISIBLE_DEVICES=",".join(str(i) for i in range(gpus)))
+        if "--mpi=pmix" in srun:
+            env.update(PMIX_RANK=str(rank), PMIX_NAMESPACE=f"slurm.pmix.{job_id}.0")
+        # --exclusive whole nodes through pyxis: the container shares the host's /dev
+        devices = Devices(gpus, instance.hpus, instance.efa_interfaces)
+        roles.append(Role(f"node {node} task {local}", env, task, devices, instance.name))
+    return roles
+
+
+def _exports(script: str) -> dict[str, str]:
+    """The script's ``export NAME=value`` lines; a secret the script makes is a placeholder."""
+    env = {}
+    for line in script.splitlines():
+        if line.startswith("export ") and "=" in line:
+            name, _, value = line[len("export "):].partition("=")
+            env[name] = shlex.split(value)[0] if value else ""
+        elif line.startswith("export "):  # `export MNP_SECRET` after the script made it
+            env[line.split()[1]] = SECRET_PLACEHOLDER
+    return env
+
+
+def _srun_line(script: str) -> tuple[list[str], list[str]]:
+    """The srun line's options and the task's argv (the words after the ENTRYPOINT path)."""
+    text = script.replace("\\\n", " ")
+    (line,) = [item for item in text.splitlines() if item.lstrip().startswith("srun ")]
+    words = shlex.split(line.split(" || ")[0])
+    first = next(i for i, word in enumerate(words) if not word.startswith("-") and i > 0)
+    return words[:first], words[first + 1:]
+
+
+# -- the writer -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """What a Slurm script takes besides the :class:`JobSpec`: who starts an mpirun job's ranks
+    (``srun``, every task a rank, or ``mpirun`` from node 0; :data:`RANKS`)."""
+
+    ranks: str = "srun"
+
+
+def plan_scheduler(launcher: str, ranks: str) -> str:
+    """The adapter whose plan the tasks of the script run: with ``srun --mpi=pmix`` every task is
+    one rank and the plan to check is mpirun's main node's (what the ranks need from the stack,
+    Batch's); otherwise the entrypoint runs once per node of a Slurm step."""
+    return "batch" if launcher in PER_RANK and ranks == RANKS[0] else "slurm"
+
+
+class SlurmWriter(Writer):
+    """Slurm batch scripts through pyxis and enroot: ``invoke sbatch``."""
+
+    task = "sbatch"
+    scheduler_name = "Slurm"
+    schedulers = ("slurm",)
+    what = "the srun line's command"
+
+    def variants(self) -> tuple[Variant, ...]:
+        """Every launcher with srun starting the tasks, and mpirun starting its ranks itself."""
+        found = [Variant(f"{name}/srun", name, SlurmOptions("srun"),
+                         plan_scheduler(name, "srun")) for name in launchers.NAMES]
+        found += [Variant(f"{name}/mpirun", name, SlurmOptions("mpirun"),
+                          plan_scheduler(name, "mpirun")) for name in PER_RANK]
+        return tuple(found)
+
+    def explained(self, scheduler: str, launcher: str | None, rdzv: str | None) -> Variant:
+        """No launcher: one task per node (any launcher but a per-rank one), each picks its
+        own; torchrun is written."""
+        chosen = launcher or "torchrun"
+        return Variant(chosen, chosen, SlurmOptions(), scheduler)
+
+    def check(self, launcher: str, nodes: int, command: Sequence[str], options: Any) -> None:
+        """A launcher run unwired on every node (:func:`check_command`), ``--ranks`` for a
+        launcher that runs one task per node (:func:`layout`)."""
+        check_ranks(launcher, (options or SlurmOptions()).ranks)
+        check_command(launcher, nodes, command)
+
+    def render(self, spec: JobSpec, options: Any = None) -> str:
+        options = options or SlurmOptions()
+        if spec.elastic is not None:
+            raise UserError("--elastic: only a pytorchjob has elastic bounds, not a Slurm job")
+        self.check(spec.launcher, spec.nodes, spec.command, options)
+        shape = layout(spec.instance, spec.launcher, options.ranks)
+        return _script(spec.stack.name, spec.nodes, spec.instance, spec.image_uri, spec.command,
+                       shape, spec.environment(), spec.mounts, spec.attempts, spec.notices)
+
+    def text(self, artefact: str) -> str:
+        return artefact
+
+    def roles(self, artefact: str) -> list[Role]:
+        return slurm_roles(artefact)
+
+
+WRITER = SlurmWriter()

@@ -1,6 +1,13 @@
-"""What every job writer shares, so that no writer imports another: the image reference rule,
-the ``MNP_*`` settings the entrypoint reads, the attempts bounds, and the notices for the
-scheduler's user.
+"""What every job writer shares, so that no writer imports another: the job itself
+(:class:`JobSpec`, validated once, which every writer renders), the image reference rule, the
+``MNP_*`` settings the entrypoint reads, the attempts bounds, the stack/instance pair check and
+the notices for the scheduler's user.
+
+:class:`JobSpec` is in the spirit of TorchX's ``AppDef``: what the job is (stack, image, nodes,
+instance type, launcher, command, mounts, attempts, elastic range, health settings), apart from
+how one scheduler writes it down. Each writer (``matrix.jobs.writer.Writer``) renders a spec into
+its artefact and reads the artefact's roles back; a spec that exists has passed every check the
+writers share, so a writer only checks what is its own (a Slurm ``--ranks``, a Kubeflow kind).
 
 ``notices`` are lines a writer must carry to whoever submits the artefact (a stack's minimum
 NVIDIA driver, a cluster requirement): each writer renders them in its own format
@@ -13,9 +20,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
-from matrix.errors import UserError
-from matrix.model.instances import InstanceType
+from entrypoint.core.limits import MAX_NODES
+from entrypoint.launchers import NAMES as LAUNCHERS
+from matrix.errors import UsageError, UserError
+from matrix.jobs.mounts import Claim, Mount
+from matrix.model.entities import Stack
+from matrix.model.instances import InstanceType, get_instance_type
+from matrix.model.rules import blocking, check_stack
 
 DEFAULT_WAIT_TIMEOUT_S = 600
 # Attempts of a job (the first run and its retries). Batch takes 1 to 10 (RetryStrategy
@@ -91,3 +104,159 @@ def batch_tags(notices: Sequence[str]) -> dict[str, str]:
 def annotation(notices: Sequence[str]) -> dict[str, str]:
     """The ``mnp-stacks/notices`` annotation (one notice per line), or nothing."""
     return {NOTICE_ANNOTATION: "\n".join(notices)} if notices else {}
+
+
+def effective_fabric(instance: InstanceType, fabric: str | None) -> str:
+    """The fabric the entrypoint is told (``MNP_FABRIC``): ``fabric``, else ``efa`` on a type
+    with EFA and ``tcp`` otherwise."""
+    return fabric or ("efa" if instance.has_efa else "tcp")
+
+
+def check_launcher(launcher: str) -> None:
+    """The entrypoint's launcher units only: every node refuses anything else at start."""
+    if launcher not in LAUNCHERS:
+        raise UserError(f"--launcher {launcher!r} is not one of {', '.join(LAUNCHERS)}")
+
+
+def check_nodes(nodes: int) -> None:
+    """1 to the entrypoint's node limit: every node refuses more at start (exit 2)."""
+    if not 1 <= nodes <= MAX_NODES:
+        raise UsageError(f"--nodes {nodes}: expected a whole number from 1 to {MAX_NODES} "
+                        "(the entrypoint's limit)")
+
+
+def check_has_command(command: Sequence[str]) -> None:
+    """A job runs a command: without one the image's default would run (it has none)."""
+    if not command:
+        raise UserError("no command given to run on the nodes (put it after --)")
+
+
+def check_pinned(image_uri: str) -> None:
+    """The image by digest, so every node and every retry runs the same image."""
+    if not is_pinned(image_uri):
+        raise UserError(f"--image-uri {image_uri!r} must name the image by digest (@sha256:...)")
+
+
+def check_fabric(instance: InstanceType, fabric: str | None) -> None:
+    """``efa`` only where the instance has an EFA interface to pass in."""
+    if fabric == "efa" and not instance.has_efa:
+        raise UserError(f"--fabric efa: {instance.name} has no EFA interface")
+
+
+def check_attempts(attempts: int) -> None:
+    """1 (no retry) to :data:`MAX_ATTEMPTS`, the most any writer's scheduler takes (Batch)."""
+    if not 1 <= attempts <= MAX_ATTEMPTS:
+        raise UsageError(f"--attempts {attempts}: expected 1 to {MAX_ATTEMPTS}")
+
+
+def check_elastic(low: int, high: int, nodes: int, given: str) -> None:
+    """``MIN <= nodes <= MAX`` within the entrypoint's node limit (``given``: the option as
+    typed, for the message)."""
+    if not 1 <= low <= high <= MAX_NODES:
+        # every pod's entrypoint refuses PET_NNODES beyond its node limit (exit 2)
+        raise UsageError(f"--elastic {given}: need 1 <= MIN <= MAX <= {MAX_NODES} (the "
+                         "entrypoint's node limit)")
+    if not low <= nodes <= high:
+        raise UsageError(f"--elastic {given}: --nodes {nodes} (the pods started first) must be "
+                         f"between {low} and {high}")
+
+
+def check_pair(stack: Stack, instance_type: str, scheduler: str = "AWS Batch") -> None:
+    """Refuse ``stack`` on ``instance_type`` when the instance table says it cannot work there.
+
+    The stack's rules are run as if it targeted only this instance, so every capability rule
+    (fabric efa needs EFA, a CUDA stack needs GPUs, a SynapseAI stack needs Gaudi, minimum
+    versions per instance) answers, with its source. Then the other way round: a stack without
+    the accelerator's software on an accelerator instance would hold every GPU or HPU of the
+    job and use none (the job asks ``scheduler``, e.g. AWS Batch, Slurm or Kubernetes, for all of
+    them), so it is refused too.
+    """
+    instance = get_instance_type(instance_type)
+    problems = blocking(check_stack(replace(stack, instances=(instance_type,))))
+    if problems:
+        raise UserError(f"stack {stack.name} cannot run on {instance_type}: "
+                        + " | ".join(p.sentence + f" [rule {p.rule.id}]" for p in problems))
+    unused = unused_accelerators(stack, instance, scheduler)
+    if unused:
+        raise UserError(f"stack {stack.name} cannot use {instance_type}: {unused}; pick an "
+                        "instance type without accelerators or a stack built for them")
+
+
+def unused_accelerators(stack: Stack, instance: InstanceType,
+                        scheduler: str = "AWS Batch") -> str:
+    """Why ``stack`` would leave ``instance``'s accelerators idle, or ''."""
+    versions = stack.versions()
+    if instance.gpus and "cuda" not in versions:
+        return (f"it has no CUDA, so the job would ask {scheduler} for the {instance.gpus} GPUs "
+                "of every node and use none")
+    if instance.hpus and "synapseai" not in versions:
+        return (f"it has no SynapseAI, so the job would hold the {instance.hpus} Gaudi HPUs of "
+                "every node and use none")
+    return ""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job, as every writer renders it: checked once here, on construction, so a writer
+    renders a spec without checking it again (TorchX's ``AppDef``: the job apart from its
+    scheduler).
+
+    ``fabric`` is what the entrypoint is told (``MNP_FABRIC``); None leaves the default to the
+    instance (efa where it has EFA). ``env`` are extra variables over the ``MNP_*`` settings
+    (names checked by :func:`mnp_environment`). ``elastic`` is the ``(MIN, MAX)`` node range of a
+    job that may shrink or grow (only a PyTorchJob has one). ``wait_timeout_s`` is how long a
+    node waits for the others (``MNP_WAIT_TIMEOUT``, the start-up health gate's bound);
+    ``notices`` are lines whoever submits the artefact must read (a minimum driver)."""
+
+    stack: Stack
+    image_uri: str
+    nodes: int
+    instance: InstanceType
+    launcher: str
+    command: tuple[str, ...]
+    mounts: tuple[Mount, ...] = ()
+    claims: tuple[Claim, ...] = ()
+    attempts: int = DEFAULT_ATTEMPTS
+    elastic: tuple[int, int] | None = None
+    fabric: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    wait_timeout_s: int = DEFAULT_WAIT_TIMEOUT_S
+    notices: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        """The checks every writer shares, in the order a user fixes them."""
+        check_launcher(self.launcher)
+        check_nodes(self.nodes)
+        check_has_command(self.command)
+        check_pinned(self.image_uri)
+        check_fabric(self.instance, self.fabric)
+        check_attempts(self.attempts)
+        if self.elastic is not None:
+            low, high = self.elastic
+            check_elastic(low, high, self.nodes, f"{low}:{high}")
+        self.environment()  # a bad --env name is refused here, before any writer runs
+
+    @classmethod
+    def of(cls, stack: Stack, instance_type: str, nodes: int, image_uri: str, launcher: str,
+           command: Sequence[str], *, mounts: Sequence[Mount] = (),
+           claims: Sequence[Claim] = (), attempts: int = DEFAULT_ATTEMPTS,
+           elastic: tuple[int, int] | None = None, env: Mapping[str, str] | None = None,
+           wait_timeout_s: int = DEFAULT_WAIT_TIMEOUT_S,
+           notices: Sequence[str] = ()) -> JobSpec:
+        """The spec of ``stack`` on ``nodes`` x ``instance_type``, with the stack's own fabric
+        (what the tasks and explain write)."""
+        return cls(stack, image_uri, nodes, get_instance_type(instance_type), launcher,
+                   tuple(command), tuple(mounts), tuple(claims), attempts, elastic,
+                   stack.fabric, tuple(sorted((env or {}).items())), wait_timeout_s,
+                   tuple(notices))
+
+    @property
+    def effective_fabric(self) -> str:
+        """The fabric the nodes use (``MNP_FABRIC``)."""
+        return effective_fabric(self.instance, self.fabric)
+
+    def environment(self, launcher: str | None = None) -> dict[str, str]:
+        """The ``MNP_*`` settings every node reads, then the extra ``env``; ``launcher``
+        overrides the spec's (a writer whose roles run another unit than the job's)."""
+        return mnp_environment(self.instance, launcher or self.launcher, self.fabric,
+                               self.wait_timeout_s, dict(self.env))
