@@ -16,10 +16,10 @@ from matrix.cli import deploy
 from matrix.errors import UserError
 from matrix.jobs.explain import ExplainError, explain, parse_nodes
 from matrix.model.instances import INSTANCE_TYPES
-from matrix.model.loader import load_matrix
+from tests.helpers import project_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
-MATRIX = load_matrix(ROOT / "stacks.yaml")
+MATRIX = project_matrix()
 PAIRS = [(name, itype) for name, stack in MATRIX.stacks.items() for itype in stack.instances]
 
 

@@ -21,7 +21,7 @@ from matrix.model.entities import Base, ComponentVersion, Stack, comparable, mat
 from matrix.model.instances import INSTANCE_TYPES
 from matrix.model.loader import load_matrix
 from matrix.model.rules import Rule, check_matrix, check_stack, load_rules, require_valid
-from tests.helpers import make_stack
+from tests.helpers import make_stack, project_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = load_rules()
@@ -325,7 +325,7 @@ def _class(rule_id: str) -> Rule:
 
 
 # Failing cases generated from every fact the project's stacks.yaml declares.
-MATRIX = load_matrix(ROOT / "stacks.yaml")
+MATRIX = project_matrix()
 LAYERS = {(layer.component, layer.version): (stack, layer)
           for stack in MATRIX.stacks.values() for layer in stack.layers}
 

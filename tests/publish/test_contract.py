@@ -26,11 +26,11 @@ from matrix.errors import UserError
 from matrix.jobs import contract, roles, spec, writers
 from matrix.jobs.spec import JobSpec
 from matrix.jobs.writer import Variant, Writer
-from matrix.model.loader import load_matrix
+from tests.helpers import project_matrix
 from tests.toy_modules import TOY_SCHEDULER
 
 ROOT = Path(__file__).resolve().parents[2]
-MATRIX = load_matrix(ROOT / "stacks.yaml")
+MATRIX = project_matrix()
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/x@sha256:" + "d" * 64
 NODES = 2
 PROGRAM = ["python3", "train.py"]
