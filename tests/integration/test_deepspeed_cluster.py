@@ -9,6 +9,13 @@ Every rank then checks the result against plain PyTorch: the same model trained 
 by SGD on the gradient of all three ranks' data together, which is what data-parallel training
 must give. Ranks report their world size, losses and a parameter checksum; the test asserts
 three distinct ranks on three containers, the same parameters everywhere, and the match.
+
+The same three-node jobs hold issue 12's points about DeepSpeed's runners: its openmpi runner
+puts ``--mca btl ^openib --mca btl_tcp_if_include eth0`` on its own mpirun line, and ours used to
+be added again (exit 1, "listed multiple times"); and ranks started over SSH (pdsh or mpirun) do
+not inherit the container's environment, so each must still see the job's variables that only
+the entrypoint forwards (``JOB_ONLY_VAR``, and the credentials id ECS issues per node, which
+must be its own node's: ``test_launchers_cluster.job_env``).
 """
 
 import json
@@ -17,11 +24,12 @@ import re
 import pytest
 
 from .test_entrypoint_cluster import FAST
+from .test_launchers_cluster import job_env, node_env
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 TRAIN = r'''
-import json, socket, torch, deepspeed
+import json, os, socket, torch, deepspeed
 import torch.distributed as dist
 deepspeed.init_distributed(dist_backend="gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
@@ -62,7 +70,9 @@ moved = float((got - torch.cat([p.detach().reshape(-1) for p in make_model().par
 print("RESULT " + json.dumps({
     "rank": rank, "world": world, "steps": engine.global_steps, "losses": losses,
     "checksum": float(got.double().sum()), "max_diff_to_reference": float((got - want).abs().max()),
-    "moved": moved, "host": socket.gethostname()}), flush=True)
+    "moved": moved, "host": socket.gethostname(),
+    "job_var": os.environ.get("JOB_ONLY_VAR", "MISSING"),
+    "creds": os.environ.get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "MISSING")}), flush=True)
 # As PyTorch's distributed docs (Shutdown) ask: a gloo process group left to interpreter
 # exit can abort the rank with 'terminate called without an active exception'
 # (pytorch/pytorch#190489), failing a job that trained.
@@ -80,17 +90,18 @@ def scripts(tmp_path):
 
 
 def run_job(cluster, scripts, env, num_nodes=3, timeout=600):
-    """Main first, then the children; returns the main node's log once all exited 0."""
+    """Main first, then the children, each with its own node's credentials id; returns the main
+    node's log once all exited 0, and each container's node index by its host name."""
     command = ["python3", "/opt/mnp-test/train.py"]
-    main = cluster.node(0, num_nodes, command, mounts=scripts, **env)
+    main = cluster.node(0, num_nodes, command, mounts=scripts, **node_env(env, 0))
     children = [cluster.node(i, num_nodes, command, main_ip=cluster.ip(main), mounts=scripts,
-                             **env) for i in range(1, num_nodes)]
+                             **node_env(env, i)) for i in range(1, num_nodes)]
     code = cluster.wait_exit(main, timeout)
     log = cluster.logs(main)
     assert code == 0, log[-6000:]
     for child in children:
         assert cluster.wait_exit(child, 60) == 0, cluster.logs(child)[-3000:]
-    return log, {c.id[:12] for c in [main] + children}
+    return log, {c.id[:12]: index for index, c in enumerate([main] + children)}
 
 
 def results(log):
@@ -103,9 +114,10 @@ def results(log):
 
 @pytest.mark.parametrize("runner", ["pdsh", "openmpi"])
 def test_deepspeed_initialize_trains_two_steps_on_three_nodes(cluster, scripts, runner):
-    env = dict(FAST, MNP_LAUNCHER="deepspeed", MNP_DEEPSPEED_LAUNCHER=runner)
+    env = job_env(MNP_LAUNCHER="deepspeed", MNP_DEEPSPEED_LAUNCHER=runner)
     log, hosts = run_job(cluster, scripts, env)
     assert f"--launcher {runner}" in log
+    assert "listed multiple times" not in log
     assert "Unable to JIT load" not in log
     found = results(log)
     for rank in sorted(found):  # shown with -s: the figures a reviewer reads
@@ -116,9 +128,12 @@ def test_deepspeed_initialize_trains_two_steps_on_three_nodes(cluster, scripts, 
         assert result["moved"] > 1e-3, result  # the steps changed the parameters
         # data-parallel SGD on three ranks' data, to float32 rounding
         assert result["max_diff_to_reference"] < 1e-5, result
+        assert result["job_var"] == env["JOB_ONLY_VAR"], result
+        # the credentials id of the node the rank runs on, not the main node's
+        assert result["creds"] == env["CREDS_BASE"] + str(hosts[result["host"]]), result
     assert len({r["checksum"] for r in found.values()}) == 1, found  # same parameters everywhere
     assert len({tuple(r["losses"]) for r in found.values()}) == 3, found  # each rank its own data
-    assert {r["host"] for r in found.values()} == hosts  # one rank on each of the three nodes
+    assert {r["host"] for r in found.values()} == set(hosts)  # a rank on each of the three nodes
 
 
 def test_deepspeed_initialize_trains_on_one_node(cluster, scripts):
