@@ -210,3 +210,31 @@ def test_the_suite_time_benchmark_reads_files_and_groups_from_a_real_run(tmp_pat
     grouped = next(line for line in groups.splitlines() if line.endswith("  shared"))
     assert float(grouped.split()[0]) >= 0.5, text
     assert "2 tests," in text and "pytest's wall time:" in text
+
+
+class _Item:
+    """What the ordering hook reads of a collected test."""
+
+    def __init__(self, nodeid: str, slow: bool = False, fixtures: tuple[str, ...] = ()) -> None:
+        self.nodeid, self.fixturenames = nodeid, list(fixtures)
+        self._marks = {"slow": pytest.mark.slow.mark} if slow else {}
+
+    def get_closest_marker(self, name: str):
+        return self._marks.get(name)
+
+
+def test_the_cuda_build_is_handed_out_first_without_a_last_run(monkeypatch):
+    """On a fresh machine the group that builds the CUDA stack from nothing goes first (it ran
+    on alone for minutes when handed out later); with a last run, its seconds decide."""
+    from tests import conftest
+
+    def order(seconds: dict[str, float]) -> list[str]:
+        monkeypatch.setattr(conftest, "last_run_seconds", lambda: seconds)
+        items = [_Item("tests/a.py::t", slow=True), _Item("tests/c.py::t"),
+                 _Item("tests/b.py::t", slow=True, fixtures=("docker_client", "cuda_tcp_build"))]
+        conftest.pytest_collection_modifyitems(None, items)
+        return [item.nodeid for item in items]
+
+    assert order({}) == ["tests/b.py::t", "tests/a.py::t", "tests/c.py::t"]
+    assert order({"tests/a.py": 90.0, "tests/b.py": 30.0}) == \
+        ["tests/a.py::t", "tests/b.py::t", "tests/c.py::t"]
