@@ -97,12 +97,17 @@ def project_files(tmp_path: Path, docker_client):
 
 
 def remove_repository(client, repo: str) -> None:
-    """Untag every image of ``repo``, newest first, so children go before their parents."""
+    """Untag every image of ``repo``, newest first, so children go before their parents.
+
+    Only ``repo``'s own tags: two projects' identical layers are one cached image with both
+    projects' tags, and another test may be building with its tag at this moment."""
     from docker.errors import APIError
 
     images = sorted(client.images.list(name=repo), key=lambda i: i.attrs["Created"], reverse=True)
     for image in images:
         for tag in image.tags:
+            if not tag.startswith(f"{repo}:"):
+                continue
             with contextlib.suppress(APIError):
                 client.images.remove(tag)
 

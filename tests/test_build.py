@@ -15,7 +15,7 @@ from rich.console import Console
 
 from matrix.errors import UserError
 from matrix.image import ca
-from tests.build_project import project_files, run_build, stacks_text
+from tests.build_project import project_files, remove_repository, run_build, stacks_text
 
 pytestmark = pytest.mark.docker
 project_fixture = pytest.fixture(name="project")(project_files)
@@ -44,6 +44,23 @@ def test_all_builds_shared_layers_once(docker_client, project):
     assert [layer.component for layer in shared] == ["alpha", "beta"]
     assert [s for _, s in statuses] == ["built"] * 6  # 4 for one, delta and its label layer
     assert project["log"].count("alpha 1.0: building") == 1
+
+
+def test_a_projects_teardown_leaves_another_projects_tag_on_a_shared_image(docker_client,
+                                                                           project):
+    # Two projects' identical layers are one cached image carrying both projects' tags; a
+    # teardown that untagged all of that image's tags broke a build running beside it (CI, stop 39).
+    result, _ = run_build(docker_client, project, ["one"])
+    alpha = result.chains["one"][0]
+    other = f"mnp-test-other-{uuid.uuid4().hex[:8]}"
+    docker_client.images.get(alpha).tag(other, "alpha")
+    try:
+        remove_repository(docker_client, project["repo"])
+        assert docker_client.images.list(name=project["repo"]) == []
+        assert docker_client.images.get(f"{other}:alpha").id
+    finally:
+        with contextlib.suppress(Exception):
+            docker_client.images.remove(f"{other}:alpha")
 
 
 def test_final_tag_and_labels(docker_client, project):
