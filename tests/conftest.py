@@ -107,8 +107,10 @@ def build_stack(client, stack: str):
     from matrix.image.plan import plan
     from matrix.model.loader import load_matrix
 
-    result = plan(load_matrix(ROOT / "stacks.yaml"), [stack])
     with held(f"build-{stack}"):
+        # planned under the lock: the worker before may have bootstrapped the base meanwhile,
+        # and the builder refuses a plan whose base has changed since
+        result = plan(load_matrix(ROOT / "stacks.yaml"), [stack])
         results = build.build(client, result, [stack], ca_bundle=ca.resolve(None),
                               console=Console(highlight=False, width=160))
     return result, results

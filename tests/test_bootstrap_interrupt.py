@@ -17,8 +17,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = """
+import signal
 import sys
 import docker
+# as in a terminal: a suite started in the background by a shell without job control inherits
+# SIGINT ignored, and Python keeps it ignored in the child
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from matrix.image import bootstrap
 from matrix.model.entities import Base
 base = Base(name="t", image=sys.argv[1], os="debian12", provides={},

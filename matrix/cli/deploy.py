@@ -168,10 +168,11 @@ def jobdef(stacks_file: str, stacks: Any, nodes: Any, instance_type: str | None,
     definition's ``command``, word for word: without one the image's default would run.
     ``attempts`` (default 2) bounds the runs; only infrastructure failures are retried."""
     from matrix.jobs import jobdef as jd
+    from matrix.jobs import spec
 
     writer = _writer("jobdef")
     launcher = choose(launcher, LAUNCHERS, "launcher", "--launcher")
-    tries = attempts_option(attempts, jd.MAX_ATTEMPTS)
+    tries = attempts_option(attempts, spec.MAX_ATTEMPTS)
     given = _generator_input(writer, stacks_file, stacks, nodes, instance_type, launcher, output,
                              command, mounts)
     uri = _image(given, image_uri)
@@ -233,10 +234,11 @@ def k8s(stacks_file: str, stacks: Any, kind: str | None, nodes: Any, instance_ty
         mounts: Any = None, claims: Any = None, attempts: Any = None) -> dict[str, Any]:
     """Write a Kubeflow PyTorchJob, TrainJob or MPIJob, checked against the vendored CRD."""
     from matrix.jobs import k8s as kube
+    from matrix.jobs import spec
 
     writer = _writer("k8s")
     kind = choose(require(kind, "--kind", "pytorchjob"), kube.KINDS, "kind", "--kind")
-    tries = attempts_option(attempts, kube.MAX_ATTEMPTS)
+    tries = attempts_option(attempts, spec.MAX_ATTEMPTS)
     if kind != "pytorchjob" and attempts is not None and tries > 1:
         raise UsageError(f"--attempts {tries}: a {kind} cannot retry by exit code (its operator "
                          "retries every failure alike; docs/entrypoint.md Retries): give 1 or "

@@ -32,7 +32,7 @@ from entrypoint.launchers import NAMES as LAUNCHER_NAMES
 from matrix.errors import UserError
 from matrix.jobs.mounts import Mount, batch_volumes
 from matrix.jobs.roles import Devices, Role
-from matrix.jobs.spec import (  # noqa: F401 (the writers' shared names, read here by tests)
+from matrix.jobs.spec import (
     DEFAULT_ATTEMPTS,
     DEFAULT_WAIT_TIMEOUT_S,
     MAX_ATTEMPTS,
@@ -47,7 +47,6 @@ from matrix.jobs.spec import (  # noqa: F401 (the writers' shared names, read he
     effective_fabric,
     is_pinned,
     mnp_environment,
-    unused_accelerators,
 )
 from matrix.jobs.writer import Variant, Writer
 from matrix.model.entities import Stack

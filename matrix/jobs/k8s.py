@@ -49,10 +49,9 @@ from matrix.errors import UsageError
 from matrix.jobs import crds
 from matrix.jobs.mounts import Claim, Mount, k8s_volumes
 from matrix.jobs.roles import Devices, Role
-from matrix.jobs.spec import (  # noqa: F401 (MAX_ATTEMPTS: the tasks read it here)
+from matrix.jobs.spec import (
     DEFAULT_ATTEMPTS,
     DEFAULT_WAIT_TIMEOUT_S,
-    MAX_ATTEMPTS,
     NOTICE_ANNOTATION,
     JobSpec,
     annotation,

@@ -90,6 +90,7 @@ from matrix.errors import UsageError, UserError
 from matrix.jobs.mounts import Mount, pyxis_mounts
 from matrix.jobs.roles import Devices, Role
 from matrix.jobs.spec import (
+    DEFAULT_ATTEMPTS,
     DEFAULT_WAIT_TIMEOUT_S,
     JobSpec,
     check_has_command,
@@ -124,7 +125,8 @@ ENTRYPOINT = "/usr/local/bin/mnp-entrypoint"
 # can fix (its failure classes, defined once in entrypoint/core/errors.py); the tests read them here.
 REQUEUE_EXIT_CODES = (INFRASTRUCTURE_EXIT,)
 # Attempts of one job in all, the first run included: a node that fails again is not the node.
-DEFAULT_MAX_ATTEMPTS = 2  # as invoke jobdef's retryStrategy: one retry after an infrastructure failure
+# the job spec's default, as invoke jobdef's retryStrategy: one retry after an infrastructure failure
+DEFAULT_MAX_ATTEMPTS = DEFAULT_ATTEMPTS
 # --container-env came with pyxis 0.15.0 (commit 5164d82a6b8099c294fb512437afd85542578df6, after
 # v0.14.0); an older pyxis rejects the srun line's option.
 PYXIS_MINIMUM = "0.15.0"

@@ -15,11 +15,11 @@ from botocore.validate import validate_parameters
 from matrix.errors import UserError
 from matrix.jobs.jobdef import (
     build_job_definition,
-    check_pair,
     definition_for_stack,
     pin_image,
     validate_job_definition,
 )
+from matrix.jobs.spec import check_pair
 from matrix.model.instances import INSTANCE_TYPES, get_instance_type, job_memory_mib
 from tests.helpers import one_line, project_matrix
 

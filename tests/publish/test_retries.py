@@ -25,12 +25,12 @@ from entrypoint.core import errors
 from matrix.errors import UserError
 from matrix.jobs import crds
 from matrix.jobs.jobdef import (
-    DEFAULT_ATTEMPTS,
     HOST_FAILURE_REASON,
     definition_for_stack,
     retry_strategy,
 )
 from matrix.jobs.k8s import KINDS, build_manifest
+from matrix.jobs.spec import DEFAULT_ATTEMPTS
 from tests.helpers import one_line, project_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
