@@ -60,7 +60,7 @@ def jsonschema_library():  # noqa: ANN201 (the jsonschema module, imported lazil
 
 @cache
 def schema(name: str) -> dict[str, Any]:
-    return yaml.safe_load((SCHEMAS / f"{name}.schema.yaml").read_text(encoding="utf-8"))
+    return yamlsrc.load_shipped((SCHEMAS / f"{name}.schema.yaml").read_text(encoding="utf-8"))
 
 
 def check_schema(located: yamlsrc.Located, schema_name: str) -> None:
@@ -111,7 +111,7 @@ def options_schema(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        rule = yaml.safe_load(path.read_text(encoding="utf-8"))
+        rule = yamlsrc.load_shipped(path.read_text(encoding="utf-8"))
         jsonschema.Draft202012Validator.check_schema(rule)
     except (yaml.YAMLError, jsonschema.exceptions.SchemaError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: not a valid JSON Schema: "

@@ -113,6 +113,13 @@ _CONSTRUCTOR = SafeConstructor()
 _RESOLVER = yaml.resolver.Resolver()
 
 
+def load_shipped(text: str) -> Any:
+    """A YAML file the project ships (a schema, a vendored CRD): plain data, no line numbers,
+    through libyaml's safe loader where PyYAML has it (about ten times faster than PyYAML's own;
+    every CLI command reads a few dozen schemas)."""
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
+
+
 def load(path: Path) -> Located:
     """Parse ``path``; any read, encoding or syntax problem becomes a one-line :class:`UserError`."""
     try:
