@@ -8,7 +8,10 @@ many there are, then the run's wall time from pytest's closing line. A group run
 from start to end, so the longest group is the shortest the run can take with enough workers;
 the summed time over the workers is what they share.
 
-Usage: ``python bench/suite_time.py [--junit FILE] [--log FILE] [--top N]``
+With ``--write-groups`` it also records each group's seconds in ``tests/group_seconds.json``,
+the order a clean clone hands the groups out in (tests/suite_groups.py); record a whole warm run.
+
+Usage: ``python bench/suite_time.py [--junit FILE] [--log FILE] [--top N] [--write-groups RUN]``
 """
 
 from __future__ import annotations
@@ -18,40 +21,15 @@ import re
 import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.suite_groups import RECORDED, cases, record  # noqa: E402
+
 CHECK = ROOT / ".mnp" / "check"
 WALL = re.compile(r" in ([\d.]+)s(?: \(\d+:\d\d:\d\d\))?(?: =+)?$")
-
-
-@dataclass
-class Case:
-    file: str
-    group: str
-    seconds: float
-
-
-def file_of(classname: str) -> str:
-    """``tests.sub.test_x.TestClass`` -> ``tests/sub/test_x.py`` (the longest prefix on disk)."""
-    parts = classname.split(".")
-    for end in range(len(parts), 0, -1):
-        candidate = "/".join(parts[:end]) + ".py"
-        if (ROOT / candidate).exists():
-            return candidate
-    return "/".join(parts) + ".py"
-
-
-def cases(junit: Path) -> list[Case]:
-    found = []
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        path = file_of(case.get("classname", ""))
-        name = case.get("name", "")
-        head, at, group = name.rpartition("@")  # --dist loadgroup appends "@<group>"
-        group = group if at and "]" not in group else path
-        found.append(Case(path, group, float(case.get("time") or 0)))
-    return found
 
 
 def table(title: str, totals: dict[str, list[float]], top: int) -> list[str]:
@@ -86,6 +64,9 @@ def main(argv=None) -> int:
     parser.add_argument("--junit", type=Path, default=CHECK / "junit.xml")
     parser.add_argument("--log", type=Path, default=CHECK / "pytest.log")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--write-groups", metavar="RUN",
+                        help=f"record each group's seconds in {RECORDED.relative_to(ROOT)}, "
+                        "with RUN saying which run they are from")
     args = parser.parse_args(argv)
     if not args.junit.exists():
         print(f"bench/suite_time.py: {args.junit} not found: run ./dev invoke check first "
@@ -93,6 +74,8 @@ def main(argv=None) -> int:
         return 2
     try:
         print(report(args.junit, args.log, args.top))
+        if args.write_groups:
+            record(cases(args.junit), args.write_groups)
     except ET.ParseError as exc:
         print(f"bench/suite_time.py: {args.junit}: not a junit report: {exc}", file=sys.stderr)
         return 2

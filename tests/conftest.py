@@ -8,17 +8,17 @@ written: a module-scoped fixture (a Slurm cluster, a second engine on a fixed br
 once and never shared across processes. A test that must run beside tests of other files (an
 engine-wide resource) names a common group: ``@pytest.mark.xdist_group("engine")``.
 
-xdist hands the groups out in collection order, so the groups holding a ``slow`` test (image
-builds, container clusters: minutes each) are moved to the front, longest first by the last
-``invoke check``'s junit report where there is one: started first, they no longer run alone at
-the end while the other workers wait.
+The groups are handed out longest first, by the seconds tests/group_seconds.json records or,
+where this checkout has run ``invoke check`` before, by its last run (tests/suite_groups.py):
+started first, a long group (an image build, a container cluster) no longer runs on alone at the
+end while the other workers wait.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import xml.etree.ElementTree as ET
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,9 +26,10 @@ import pytest
 from hypothesis import HealthCheck, settings
 from rich.console import Console
 
+from tests import suite_groups
+
 ROOT = Path(__file__).resolve().parent.parent
 LOCKS = ROOT / ".mnp" / "locks"
-LAST_JUNIT = ROOT / ".mnp" / "check" / "junit.xml"  # written by invoke check (matrix/cli/suite.py)
 CUDA_STACK = "cuda13.2-tcp"
 
 # CI runs several pytest workers on a loaded 2-core machine: a slow example there is the
@@ -55,36 +56,38 @@ def group_of(item: pytest.Item) -> str:
     return str(mark.args[0] if mark and mark.args else file_group(item))
 
 
-def last_run_seconds(junit: Path = LAST_JUNIT) -> dict[str, float]:
-    """Each xdist group's summed seconds in the last ``invoke check`` (none on a fresh machine)."""
-    seconds: dict[str, float] = {}
-    try:
-        cases = ET.parse(junit).getroot().iter("testcase")
-    except (OSError, ET.ParseError):
-        return seconds
-    for case in cases:
-        _, at, group = case.get("name", "").rpartition("@")
-        if at and "]" not in group:
-            seconds[group] = seconds.get(group, 0.0) + float(case.get("time") or 0)
-    return seconds
-
-
-# Without a last run (a fresh machine) nothing says which group is longest, and the one that
-# builds the CUDA stack from nothing is, by far: 14 min of a 20 min suite there (fresh runs in
-# docs/measurements.md). Handed out later, it ran on after every other group had finished.
+# Without a last run (a clean clone, a fresh machine) the group that builds the CUDA stack goes
+# first: on a fresh machine it builds from nothing, 14 min of a 20 min suite there (fresh runs in
+# docs/measurements.md), and handed out later it ran on after every other group had finished.
+# On a warm machine it is one of the long groups anyway.
 BUILDS_FROM_NOTHING = ("cuda_tcp_build",)
 
 
+def group_seconds() -> tuple[dict[str, float], bool]:
+    """Each group's expected seconds: the recorded ones (tests/group_seconds.json) updated by this
+    checkout's last run, and whether there was a last run."""
+    last = suite_groups.last_run()
+    return {**suite_groups.recorded(), **last}, bool(last)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The groups with a slow test first, longest first by the last run, and among equals (on a
-    fresh machine: all) a group that builds the CUDA stack first; otherwise the order of
-    collection (a stable sort)."""
+    """The groups longest first (longest-processing-time-first scheduling: the last groups to
+    start are short, so no worker runs on alone at the end). A group neither run nor recorded
+    counts as the longest when it holds a slow test, else as the shortest; without a last run a
+    group that builds the CUDA stack leads. Equals keep the order of collection (a stable sort).
+    The suite runs xdist with ``--no-loadscope-reorder`` (matrix/cli/suite.py): xdist would
+    otherwise hand out the groups with the most tests first."""
+    seconds, had_last_run = group_seconds()
     slow = {group_of(item) for item in items if item.get_closest_marker("slow")}
-    seconds = last_run_seconds() if slow else {}
     builders = {group_of(item) for item in items
                 if set(BUILDS_FROM_NOTHING) & set(getattr(item, "fixturenames", ()))}
-    items.sort(key=lambda item: (group_of(item) not in slow, -seconds.get(group_of(item), 0.0),
-                                 group_of(item) not in builders))
+
+    def key(item: pytest.Item) -> tuple[bool, float]:
+        group = group_of(item)
+        unknown = math.inf if group in slow else 0.0
+        return (had_last_run or group not in builders, -seconds.get(group, unknown))
+
+    items.sort(key=key)
 
 
 @contextlib.contextmanager

@@ -25,7 +25,7 @@ def collected(*args: str) -> set[str]:
 def test_the_suite_runs_in_xdist_workers_grouped(monkeypatch):
     monkeypatch.delenv(suite.WORKERS_VARIABLE, raising=False)
     args = suite.suite_args(suite.workers())
-    assert args[:4] == ["-n", str(suite.WORKERS), "--dist", "loadgroup"]
+    assert args[:5] == ["-n", str(suite.WORKERS), "--dist", "loadgroup", "--no-loadscope-reorder"]
     assert (os.cpu_count() or 2) // 2 < suite.WORKERS  # more workers than the suite computes
     assert args[-2:] == ["tests", "images"] and any(a.startswith("--junitxml=") for a in args)
     assert "-n" not in suite.suite_args(0)
@@ -210,6 +210,11 @@ def test_the_suite_time_benchmark_reads_files_and_groups_from_a_real_run(tmp_pat
     grouped = next(line for line in groups.splitlines() if line.endswith("  shared"))
     assert float(grouped.split()[0]) >= 0.5, text
     assert "2 tests," in text and "pytest's wall time:" in text
+    from tests import suite_groups
+
+    kept = tmp_path / "group_seconds.json"  # what --write-groups records, read back as ordered
+    suite_groups.record(suite_groups.cases(junit), "a two-worker run", kept)
+    assert set(suite_groups.recorded(kept)) == {"shared", "test_timed.py"}
 
 
 class _Item:
@@ -223,18 +228,52 @@ class _Item:
         return self._marks.get(name)
 
 
-def test_the_cuda_build_is_handed_out_first_without_a_last_run(monkeypatch):
-    """On a fresh machine the group that builds the CUDA stack from nothing goes first (it ran
-    on alone for minutes when handed out later); with a last run, its seconds decide."""
-    from tests import conftest
+def test_groups_are_ordered_longest_first_and_the_cuda_build_leads_without_a_last_run(
+        monkeypatch):
+    """Longest first by the recorded seconds, a last run's seconds over them; a group neither
+    run nor recorded is the longest when it has a slow test. Without a last run (a clean clone)
+    the group that builds the CUDA stack leads: on a fresh machine it builds from nothing."""
+    from tests import conftest, suite_groups
 
-    def order(seconds: dict[str, float]) -> list[str]:
-        monkeypatch.setattr(conftest, "last_run_seconds", lambda: seconds)
+    def order(recorded: dict[str, float], last: dict[str, float]) -> list[str]:
+        monkeypatch.setattr(suite_groups, "recorded", lambda: recorded)
+        monkeypatch.setattr(suite_groups, "last_run", lambda: last)
         items = [_Item("tests/a.py::t", slow=True), _Item("tests/c.py::t"),
-                 _Item("tests/b.py::t", slow=True, fixtures=("docker_client", "cuda_tcp_build"))]
+                 _Item("tests/b.py::t", slow=True, fixtures=("docker_client", "cuda_tcp_build")),
+                 _Item("tests/d.py::t")]
         conftest.pytest_collection_modifyitems(None, items)
-        return [item.nodeid for item in items]
+        return [item.nodeid.split("::")[0].removeprefix("tests/") for item in items]
 
-    assert order({}) == ["tests/b.py::t", "tests/a.py::t", "tests/c.py::t"]
-    assert order({"tests/a.py": 90.0, "tests/b.py": 30.0}) == \
-        ["tests/a.py::t", "tests/b.py::t", "tests/c.py::t"]
+    assert order({}, {}) == ["b.py", "a.py", "c.py", "d.py"]
+    assert order({"tests/c.py": 5.0, "tests/d.py": 50.0}, {}) == ["b.py", "a.py", "d.py", "c.py"]
+    recorded = {"tests/a.py": 90.0, "tests/b.py": 30.0, "tests/c.py": 5.0, "tests/d.py": 50.0}
+    assert order(recorded, {}) == ["b.py", "a.py", "d.py", "c.py"]
+    assert order(recorded, {"tests/c.py": 200.0}) == ["c.py", "a.py", "d.py", "b.py"]
+
+
+ORDERED = {
+    "test_many.py": "import pytest\n@pytest.mark.parametrize('n', range(5))\n"
+                    "def test_many(n):\n    pass\n",
+    "test_one.py": "import pytest\n@pytest.mark.slow\ndef test_one():\n    pass\n",
+}
+
+
+def test_xdist_hands_the_groups_out_in_the_suites_order(tmp_path):
+    """One worker runs the groups in the order it is handed them. The suite's order puts the
+    file with the slow test first; with the suite's xdist arguments that is what runs first.
+    Without ``--no-loadscope-reorder``, xdist runs the file with more tests first."""
+    for name, text in ORDERED.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: long\n")
+
+    def first_run(*parallel: str) -> str:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", *parallel,
+                               "-v", "--rootdir", str(tmp_path), "-c", str(tmp_path / "pytest.ini"),
+                               str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                              check=False)
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        first = next(line for line in proc.stdout.splitlines() if " PASSED " in line)
+        return first.split()[-1].rsplit("/", 1)[-1]
+
+    assert first_run(*suite.parallel_args(1)).startswith("test_one.py::"), "suite's order lost"
+    assert first_run("-n", "1", "--dist", "loadgroup").startswith("test_many.py::")

@@ -6,8 +6,9 @@ machine has cores (``WORKERS``; ``MNP_CHECK_WORKERS`` sets another number, 0 run
 ``--dist loadgroup`` keeps the tests of one ``xdist_group`` on one worker: tests/conftest.py
 gives every test its file as its group unless the test names another, so a module's fixtures
 (a Slurm cluster, a second engine, a built CUDA stack) are set up once, in one worker, and a new
-test file is safe by default. Session-wide images are built once behind a file lock
-(tests/conftest.py). pytest's output is printed as it comes and kept in
+test file is safe by default; it also hands the groups out longest first. Session-wide images
+are built once behind a file lock (tests/conftest.py). pytest's output is printed as it comes
+and kept in
 ``.mnp/check/pytest.log``, its junit report in ``.mnp/check/junit.xml`` (``bench/suite_time.py``
 reads both); the last line is pytest's count, which is what CI reads.
 With ``--pytest ARGS`` the suite runs as one pytest process with exactly those arguments.
@@ -100,10 +101,17 @@ def workers() -> int:
     return int(text)
 
 
+def parallel_args(count: int) -> list[str]:
+    """pytest-xdist's arguments for ``count`` workers (none for 0). Groups go out in the order
+    tests/conftest.py sorts them (longest first): by default xdist would reorder them by their
+    number of tests (pytest-xdist 3.5.0 changelog, #632; ``--no-loadscope-reorder`` since 3.8.0,
+    #1083: https://github.com/pytest-dev/pytest-xdist/blob/master/CHANGELOG.rst)."""
+    return ["-n", str(count), "--dist", "loadgroup", "--no-loadscope-reorder"] if count else []
+
+
 def suite_args(count: int) -> list[str]:
     """pytest's arguments for the whole suite with ``count`` xdist workers."""
-    parallel = ["-n", str(count), "--dist", "loadgroup"] if count else []
-    return [*parallel, "--durations=0", "--durations-min=1.0",
+    return [*parallel_args(count), "--durations=0", "--durations-min=1.0",
             f"--junitxml={(LOG_DIR / 'junit.xml').relative_to(ROOT)}", *TEST_PATHS]
 
 
