@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from matrix.image.plan import Plan, plan
 from matrix.model.entities import Base, ComponentVersion, Matrix, Stack
 from matrix.model.loader import load_matrix
 from matrix.model.settings import ROOT
@@ -45,6 +46,13 @@ def project_matrix() -> Matrix:
     modules read it as they are imported, once per collection and per worker). Shared: read it,
     never change it; a test that edits a matrix loads its own."""
     return load_matrix(ROOT / "stacks.yaml")
+
+
+@cache
+def project_plan() -> Plan:
+    """The plan of every stack of the project's stacks.yaml, once per process: test modules
+    parametrize from it as they are imported, once per collection (0.5 s each time)."""
+    return plan(project_matrix())
 
 
 def write(path: Path, text: str) -> Path:

@@ -16,10 +16,9 @@ import pytest
 from rich.console import Console
 
 from matrix.image import build, testing
-from matrix.image.plan import plan
 from matrix.jobs.rehearse import LABEL
 from matrix.model.loader import load_matrix
-from tests.helpers import project_matrix
+from tests.helpers import project_matrix, project_plan
 from tests.layer_checks import apt_cache_files
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,8 +91,7 @@ def test_no_layer_adds_apt_caches(docker_client, cpu_tcp_build):
 
 
 def _unbuildable_layers():
-    matrix = project_matrix()
-    result = plan(matrix)
+    matrix, result = project_matrix(), project_plan()
     for name, stack in matrix.stacks.items():
         # Buildable here: a bootstrapped base and nothing downloaded from GitHub or AWS.
         if stack.base.bootstrap and not any(cv.spec.get("source") == "download"

@@ -33,7 +33,7 @@ from matrix.model.yamlsrc import loads
 
 ROOT = Path(__file__).resolve().parent.parent
 VALID_TEXT = (ROOT / "stacks.yaml").read_text(encoding="utf-8")
-VALID = yaml.safe_load(VALID_TEXT)
+VALID = yaml.load(VALID_TEXT, Loader=yaml.CSafeLoader)  # at import: once per collection
 # No single file may take longer than this, whatever it holds: CPU time, so that a loaded CI
 # machine does not fail the run; a hang that waits without using the CPU is caught by the wall
 # clock limit.

@@ -20,8 +20,7 @@ import pytest
 import testinfra
 
 from entrypoint.probe import fabric
-from matrix.image.plan import plan
-from matrix.model.loader import load_matrix
+from tests.helpers import project_matrix, project_plan
 from tests.test_dockerfile_env import instructions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,8 +29,7 @@ LAYER_TEST = ROOT / "images" / "aws-ofi-nccl" / "test_aws_ofi_nccl.py"
 
 def plugin_layers() -> list[tuple[str, str, str, str]]:
     """(stack, version, install prefix, rendered Dockerfile) of each aws-ofi-nccl layer built."""
-    matrix = load_matrix(ROOT / "stacks.yaml")
-    result = plan(matrix)
+    matrix, result = project_matrix(), project_plan()
     found = {}
     for stack in result.chains:
         for layer in result.chain(stack):

@@ -66,8 +66,9 @@ def test_every_check_step_fails_its_job_when_its_check_fails():
     lets a failed step or job pass the run (continue-on-error, an if on a check step)."""
     found = workflow_jobs.gates(load_workflow(WORKFLOWS / "ci.yml"))
     labels = {gate.label for gate in found}
-    assert {"unit: step 'python -m pytest -p tests.skip_ledger -n 4 --dist loadgroup -m \"not "
-            "docker and not slow\"'", "cpu-tcp: step 'invoke test --stack cpu-tcp'",
+    assert {"unit: step 'python -m pytest -p tests.skip_ledger -n 4 --dist loadgroup "
+            "--no-loadscope-reorder -m \"not docker and not slow\"'",
+            "cpu-tcp: step 'invoke test --stack cpu-tcp'",
             "rendered: step 'No rendered file differs from the commit'"} <= labels, labels
     assert len([gate for gate in found if gate.job == "slow"]) == 6
     assert len([gate for gate in found if gate.job == "layers"]) == 5
