@@ -277,3 +277,34 @@ def test_xdist_hands_the_groups_out_in_the_suites_order(tmp_path):
 
     assert first_run(*suite.parallel_args(1)).startswith("test_one.py::"), "suite's order lost"
     assert first_run("-n", "1", "--dist", "loadgroup").startswith("test_many.py::")
+
+
+BURNS = """\
+import subprocess, sys
+def test_burns_in_a_child():
+    subprocess.run([sys.executable, "-c", "import time\\nt = time.process_time()\\n"
+                    "while time.process_time() - t < 0.5: pass"], check=True)
+def test_idle():
+    pass
+"""
+
+
+def test_the_suite_cpu_benchmark_counts_a_groups_children(tmp_path, capfd):
+    """bench/suite_cpu.py on a one-worker run: the file whose test burns 0.5 s of CPU in a child
+    process is reported with at least that much, under the worker's children."""
+    import importlib.util
+
+    (tmp_path / "test_burn.py").write_text(BURNS)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    spec = importlib.util.spec_from_file_location("suite_cpu", ROOT / "bench" / "suite_cpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    code = module.main(["--", "-p", "tests.conftest", "-n", "1", "-p", "no:cacheprovider",
+                        "--rootdir", str(tmp_path), "-c", str(tmp_path / "pytest.ini"),
+                        str(tmp_path)])
+    out = capfd.readouterr().out
+    assert code == 0, out[-2000:]
+    line = next(line for line in out.splitlines() if line.endswith("test_burn.py"))
+    children = float(line.split("children")[1].split(")")[0])
+    assert children >= 0.45, line
+    assert "2 tests" in line and "machine CPU busy" in out, out[-2000:]
