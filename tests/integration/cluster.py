@@ -3,6 +3,7 @@ each with the ``AWS_BATCH_JOB_*`` variables Batch would set. Cleans up after its
 
 import contextlib
 import re
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -10,18 +11,51 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
+class _Following(threading.Thread):
+    """A container's output from its start, as it comes: one ``docker logs --follow`` request,
+    which ends when the container stops. Asking for the whole log several times a second made
+    the engine read and encode it again each time (its CPU is the suite's, on 2 cores)."""
+
+    def __init__(self, container) -> None:
+        super().__init__(daemon=True)
+        self.stream = container.logs(stream=True, follow=True)
+        self.chunks: list[bytes] = []
+        self.ended = threading.Event()
+
+    def run(self) -> None:
+        try:
+            for chunk in self.stream:
+                self.chunks.append(chunk)
+        except Exception:  # noqa: BLE001, S110 - closed by close(), or the engine went away
+            pass
+        finally:
+            self.ended.set()
+
+    def text(self) -> str:
+        return b"".join(self.chunks).decode("utf-8", "replace")
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.stream.close()
+
+
 def wait_log(container, needle, timeout, what, dump):
     """The container's log once it holds ``needle``; an AssertionError naming ``what`` with
-    ``dump()`` after ``timeout`` seconds or when the container exits first."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = container.logs().decode("utf-8", "replace")
-        if needle in text:
-            return text
-        container.reload()
-        if container.status == "exited":
-            break
-        time.sleep(0.3)
+    ``dump()`` after ``timeout`` seconds or when the container stops first."""
+    following = _Following(container)
+    following.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            stopped = following.ended.is_set()  # before reading: all its output is in by then
+            text = following.text()
+            if needle in text:
+                return text
+            if stopped:
+                break
+            time.sleep(0.3)
+    finally:
+        following.close()
     raise AssertionError(f"{needle!r} not in the logs of {what} within {timeout}s:\n{dump()}")
 
 
