@@ -57,7 +57,7 @@ def group_of(item: pytest.Item) -> str:
 
 
 # Without a last run (a clean clone, a fresh machine) the group that builds the CUDA stack goes
-# first: on a fresh machine it builds from nothing, 14 min of a 20 min suite there (fresh runs in
+# first: on a fresh machine it builds from nothing, 14 to 20 min of a 20 to 22 min suite (runs in
 # docs/measurements.md), and handed out later it ran on after every other group had finished.
 # On a warm machine it is one of the long groups anyway.
 BUILDS_FROM_NOTHING = ("cuda_tcp_build",)
