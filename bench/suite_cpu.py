@@ -38,6 +38,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.conftest import group_of  # noqa: E402 - the suite's own grouping
+
 CGROUP = Path("/sys/fs/cgroup/cpuacct/docker")  # cgroup v1, dockerd's default cgroup parent
 RECORDS = "MNP_SUITE_CPU_RECORDS"  # the folder the plugin writes to (set by main)
 SUFFIX = re.compile(r"([-_][0-9a-f]{6,}.*|-\d+)$")
@@ -56,8 +58,7 @@ def pytest_runtest_protocol(item, nextitem):  # noqa: ARG001 - pytest's signatur
     yield
     if folder:
         after = os.times()
-        mark = item.get_closest_marker("xdist_group")
-        group = str(mark.args[0]) if mark and mark.args else item.nodeid.split("::")[0]
+        group = group_of(item)
         used = {"self": after.user + after.system - before.user - before.system,
                 "children": (after.children_user + after.children_system
                              - before.children_user - before.children_system)}

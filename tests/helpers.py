@@ -8,9 +8,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from matrix.image.plan import Plan, plan
+from matrix.model import yamlsrc
 from matrix.model.entities import Base, ComponentVersion, Matrix, Stack
 from matrix.model.loader import load_matrix
 from matrix.model.settings import ROOT
@@ -32,7 +31,7 @@ def make_stack(layers: dict[str, str], provides: dict[str, str] | None = None,
 @cache
 def _stacks_yaml() -> dict[str, Any]:
     # libyaml's loader: test modules read this file as they are imported, once per collection
-    return yaml.load((ROOT / "stacks.yaml").read_text(encoding="utf-8"), Loader=yaml.CSafeLoader)
+    return yamlsrc.load_shipped((ROOT / "stacks.yaml").read_text(encoding="utf-8"))
 
 
 def stacks_yaml() -> dict[str, Any]:

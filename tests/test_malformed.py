@@ -29,11 +29,11 @@ from matrix import errors
 from matrix.errors import UserError
 from matrix.image.plan import plan
 from matrix.model.loader import load_matrix
-from matrix.model.yamlsrc import loads
+from matrix.model.yamlsrc import load_shipped, loads
 
 ROOT = Path(__file__).resolve().parent.parent
 VALID_TEXT = (ROOT / "stacks.yaml").read_text(encoding="utf-8")
-VALID = yaml.load(VALID_TEXT, Loader=yaml.CSafeLoader)  # at import: once per collection
+VALID = load_shipped(VALID_TEXT)  # at import: once per collection
 # No single file may take longer than this, whatever it holds: CPU time, so that a loaded CI
 # machine does not fail the run; a hang that waits without using the CPU is caught by the wall
 # clock limit.
