@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from tests.conftest import group_of  # noqa: E402 - the suite's own grouping
 
 CGROUP = Path("/sys/fs/cgroup/cpuacct/docker")  # cgroup v1, dockerd's default cgroup parent
-RECORDS = "MNP_SUITE_CPU_RECORDS"  # the folder the plugin writes to (set by main)
+RECORDS = "SUITE_CPU_RECORDS"  # the folder the plugin writes to (set by main)
 SUFFIX = re.compile(r"([-_][0-9a-f]{6,}.*|-\d+)$")
 
 
@@ -63,7 +63,7 @@ def pytest_runtest_protocol(item, nextitem):  # noqa: ARG001 - pytest's signatur
                 "children": (after.children_user + after.children_system
                              - before.children_user - before.children_system)}
         with open(Path(folder) / f"{os.getpid()}.jsonl", "a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"group": group, **used}) + "\n")
+            handle.write(json.dumps({"group": group, "test": item.nodeid, **used}) + "\n")
 
 
 # --- the report, in the process that runs pytest ----------------------------------------------
@@ -93,8 +93,9 @@ class ContainerSampler(threading.Thread):
             proc = subprocess.run(["docker", "inspect", "--format", "{{.Id}} {{.Name}}", *unknown],
                                   capture_output=True, text=True, check=False)
             for line in proc.stdout.splitlines():
-                cid, name = line.split(" ", 1)
-                self.names[cid] = SUFFIX.sub("", name.lstrip("/"))
+                cid, _, name = line.partition(" ")
+                if name:  # a container gone since the listing has no line (or a blank one)
+                    self.names[cid] = SUFFIX.sub("", name.lstrip("/"))
         for cid in ids:
             with contextlib.suppress(OSError, ValueError):
                 self.last[cid] = int((CGROUP / cid / "cpuacct.usage").read_text())
@@ -121,12 +122,13 @@ def dockerd_cpu() -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def groups(folder: Path) -> dict[str, list[float]]:
+def totals_by(folder: Path, key: str) -> dict[str, list[float]]:
+    """Each ``key`` (a group or a test): [worker CPU, its children's CPU, tests]."""
     totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
     for path in folder.glob("*.jsonl"):
         for line in path.read_text(encoding="utf-8").splitlines():
             record = json.loads(line)
-            row = totals[record["group"]]
+            row = totals[record[key]]
             row[0] += record["self"]
             row[1] += record["children"]
             row[2] += 1
@@ -156,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         sampler.join()
         wall = time.monotonic() - started
         busy, idle = (a - b for a, b in zip(machine_cpu(), (busy0, idle0)))
-        tests = groups(Path(folder))
+        tests = totals_by(Path(folder), "group")
+        single = totals_by(Path(folder), "test")
     print(f"\nwall {wall:.0f} s; machine CPU busy {busy:.0f} s, idle {idle:.0f} s; "
           f"dockerd {dockerd_cpu() - dockerd0:.0f} s; tests' processes "
           f"{sum(r[0] + r[1] for r in tests.values()):.0f} s; containers "
@@ -166,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
                                                key=lambda kv: -(kv[1][0] + kv[1][1]))[:args.top]:
         print(f"  {own + children:7.1f} s  (worker {own:6.1f}, children {children:6.1f})  "
               f"{count:4d} tests  {name}")
+    print(f"per test (top {args.top}):")
+    for name, (own, children, _) in sorted(single.items(),
+                                           key=lambda kv: -(kv[1][0] + kv[1][1]))[:args.top]:
+        print(f"  {own + children:7.1f} s  (worker {own:6.1f}, children {children:6.1f})  {name}")
     print(f"per container name (top {args.top}):")
     for name, seconds in sorted(sampler.done.items(), key=lambda kv: -kv[1])[:args.top]:
         print(f"  {seconds:7.1f} s  {name}")

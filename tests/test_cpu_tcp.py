@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
 import subprocess
 import sys
@@ -103,17 +102,31 @@ def _unbuildable_layers():
 
 
 UNBUILDABLE = list(_unbuildable_layers())
-# A pytest plugin for the dry run below: every phase of a layer test runs (collection with
-# --mnp-layer, skip marks, fixtures, the layer description) except the test function's body,
-# which needs a container of the layer's image.
-DRY_RUN_PLUGIN = """\
-import pytest
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem):
-    return True
-"""
+@pytest.fixture(scope="module")
+def dry_runs(tmp_path_factory) -> dict[str, tuple[Path, Path, str]]:
+    """Each unbuildable layer's tests in a pytest session of its own with the arguments
+    ``invoke test`` gives it, all of them in one process (tests/layer_dry_run.py): per layer,
+    its folder, its junit file and its exit code."""
+    folder = tmp_path_factory.mktemp("dry-runs")
+    jobs, runs = [], {}
+    for param in UNBUILDABLE:
+        result, stack, layer = param.values
+        here = folder / param.id
+        here.mkdir()
+        spec = here / "layer.json"
+        spec.write_text(json.dumps(testing.layer_description(result, stack, layer)))
+        junit = here / "junit.xml"
+        jobs.append({"code": str(here / "code"), "args": [
+            "-q", "-p", "no:cacheprovider", "--hosts=docker://not-started", f"--mnp-layer={spec}",
+            f"--junitxml={junit}", *map(str, testing.test_files(layer.component))]})
+        runs[param.id] = (here, junit)
+    (folder / "jobs.json").write_text(json.dumps(jobs))
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "layer_dry_run.py"),
+                           str(folder / "jobs.json")], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    return {key: (here, junit, (here / "code").read_text()) for key, (here, junit) in runs.items()}
 
 
 def _defined_tests(files: list[Path]) -> set[str]:
@@ -135,26 +148,19 @@ def test_other_stacks_have_layer_tests_to_check():
 
 
 @pytest.mark.parametrize(("result", "stack", "layer"), UNBUILDABLE)
-def test_layer_tests_of_other_stacks_would_run(result, stack, layer, tmp_path):
+def test_layer_tests_of_other_stacks_would_run(result, stack, layer, dry_runs, request):
     """Stacks whose base cannot be had here get their layer tests run up to the test bodies
     (they run whole in the GitHub workflow, where the registries are reachable): each test the
     layer's files define is collected for this layer and passes its setup, none is skipped."""
-    spec = tmp_path / "layer.json"
-    spec.write_text(json.dumps(testing.layer_description(result, stack, layer)))
-    (tmp_path / "mnp_layer_dry_run.py").write_text(DRY_RUN_PLUGIN)
-    junit = tmp_path / "junit.xml"
+    _, junit, code = dry_runs[request.node.callspec.id]
     files = testing.test_files(layer.component)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-p", "mnp_layer_dry_run", "--hosts=docker://not-started",
-                           f"--mnp-layer={spec}", f"--junitxml={junit}", *map(str, files)],
-                          cwd=ROOT, capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(tmp_path)))
-    assert proc.returncode == 0, proc.stdout[-2000:]
+    report = junit.read_text(encoding="utf-8")[-3000:] if junit.exists() else "(no junit)"
+    assert code == "0", report
     cases = list(ET.parse(junit).getroot().iter("testcase"))
     ran = {f"{case.get('classname').rsplit('.', 1)[-1]}::{case.get('name').split('[')[0]}"
            for case in cases if not list(case)}  # no skipped/failure/error child
-    assert ran == _defined_tests(files), proc.stdout[-2000:]
-    assert len(ran) and all(not list(case) for case in cases), proc.stdout[-2000:]
+    assert ran == _defined_tests(files), report
+    assert len(ran) and all(not list(case) for case in cases), report
 
 
 def test_invoke_run_three_node_allreduce_leaves_nothing(docker_client, cpu_tcp_image):

@@ -163,6 +163,15 @@ def check(raw: bytes, tmp: Path) -> str | None:
 
 
 @pytest.fixture(scope="module", autouse=True)
+def passes_kept_apart(tmp_path_factory):
+    """The files checked here are new in every run: the schema passes of the valid ones go to a
+    throwaway cache folder, not the user's (matrix/model/schema.py remembers passes)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
+@pytest.fixture(scope="module", autouse=True)
 def timing_report():
     """With MNP_FUZZ_REPORT=FILE, write how many files were checked and the slowest time."""
     yield

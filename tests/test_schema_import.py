@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -65,8 +66,9 @@ def test_every_format_module_of_jsonschema_is_hidden():
     assert set(jsonschema_format_modules()) <= set(FORMAT_MODULES)
 
 
-def test_loading_the_matrix_imports_no_format_module():
-    # none of them may be loaded by a command, and each can still be imported after
+def test_loading_the_matrix_imports_no_format_module(tmp_path):
+    # none of them may be loaded by a command, and each can still be imported after; an empty
+    # cache folder, so that the matrix is checked, not found passed before
     code = ("import sys; from pathlib import Path; from matrix.model.loader import load_matrix; "
             "from matrix.jobs import crds; load_matrix(Path(sys.argv[1])); "
             "crds.errors({'kind': 'MPIJob', 'apiVersion': crds.CRDS['MPIJob'].api_version}); "
@@ -75,7 +77,8 @@ def test_loading_the_matrix_imports_no_format_module():
             "importlib.util.find_spec(m)]; [importlib.import_module(m) for m in installed]; "
             "print(len(installed))")
     proc = subprocess.run([sys.executable, "-c", code, str(ROOT / "stacks.yaml"),
-                           *jsonschema_format_modules()], cwd=ROOT, capture_output=True, text=True)
+                           *jsonschema_format_modules()], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     loaded, installed = proc.stdout.split()
     assert loaded == "['jsonschema']"

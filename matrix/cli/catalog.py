@@ -248,7 +248,10 @@ def _local_tags(matrix: Matrix) -> set[str] | None:
 
     try:
         client = engine.connect(timeout=20)
-        return {tag for image in client.images.list(name=matrix.repository) for tag in image.tags}
+        # the engine's summaries (GET /images/json) carry the tags; docker-py's images.list()
+        # would inspect every image once more
+        return {tag for summary in client.api.images(name=matrix.repository)
+                for tag in summary.get("RepoTags") or () if tag != "<none>:<none>"}
     except UserError:
         return None
 

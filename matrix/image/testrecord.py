@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from matrix.errors import UserError
-from matrix.model.settings import ROOT
+from matrix.model.settings import ROOT, user_cache
 
 PROJECT_ROOT = ROOT
 DEFAULT_STATE_DIR = PROJECT_ROOT / ".mnp" / "test-results"
@@ -150,8 +150,7 @@ def has_passed(image_id: str, state_dir: Path = DEFAULT_STATE_DIR) -> bool:
 
 # --- layer passes ---------------------------------------------------------------------------------
 
-LAYER_CACHE_DIR = (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-                   / "mnp-stacks" / "layer-passes")
+LAYER_CACHE_DIR = user_cache("layer-passes")
 
 
 @dataclass(frozen=True)

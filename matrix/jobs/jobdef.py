@@ -20,12 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
-
-import botocore.session
-from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
-from botocore.model import Shape
-from botocore.validate import validate_parameters
+from typing import TYPE_CHECKING, Any
 
 from entrypoint.core.errors import INFRASTRUCTURE_EXIT
 from entrypoint.launchers import NAMES as LAUNCHER_NAMES
@@ -51,6 +46,12 @@ from matrix.jobs.spec import (
 from matrix.jobs.writer import Variant, Writer
 from matrix.model.entities import Stack
 from matrix.model.instances import InstanceType, get_instance_type, job_memory_mib
+
+if TYPE_CHECKING:
+    from botocore.model import Shape
+
+# botocore is imported where a definition is checked or registered, not here: explain and every
+# other writer import this module, and botocore's import alone took 0.28 s of each command.
 
 # Batch's status reason when the instance under the job went away (a Spot reclaim, a host
 # failure): "Host EC2 (instance i-...) terminated." The Batch user guide's retry example matches
@@ -313,6 +314,8 @@ def _check_role(arn: str, flag: str) -> str:
 @lru_cache(maxsize=1)
 def _register_input_shape() -> Shape:
     """The Batch ``RegisterJobDefinition`` input shape from botocore's bundled service model."""
+    import botocore.session
+
     model = botocore.session.get_session().get_service_model("batch")
     return model.operation_model("RegisterJobDefinition").input_shape
 
@@ -351,6 +354,9 @@ def validate_job_definition(definition: Mapping[str, Any]) -> None:
     Also checks the MNP rules the model cannot express: a ``multinode`` type, ``mainNode``
     inside ``numNodes``, and node ranges present.
     """
+    from botocore.exceptions import ParamValidationError
+    from botocore.validate import validate_parameters
+
     shape = _register_input_shape()
     try:
         validate_parameters(dict(definition), shape)
@@ -392,6 +398,8 @@ def register_job_definition(definition: Mapping[str, Any], batch_client: Any = N
     """Register ``definition`` with AWS Batch; returns ``{jobDefinitionName, jobDefinitionArn,
     revision}``. ``batch_client`` defaults to :func:`batch_client_for` (region and credentials
     from the usual AWS configuration)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
     validate_job_definition(definition)
     if batch_client is None:
         batch_client = batch_client_for()

@@ -3,10 +3,19 @@ schemas in ``matrix/model/schemas/`` and each component's ``images/<component>/o
 
 The instance table and the loader both use it, so it sits below both of them. A problem is one
 :class:`~matrix.errors.UserError` as ``file:line: key: problem``.
+
+A document that passed is remembered (``pass_cache_dir()``), keyed by the digest of everything
+the verdict depends on: the document's data, the schema, the jsonschema release and
+``PASS_FORMAT``. The next command that checks the same data against the same schema skips the
+check and the import of jsonschema (together about 0.3 s of every command's 0.9 s on the
+2-core machine). A change to any of them is a new key, so it is checked again; a failure is
+never remembered.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import sys
 from functools import cache
 from pathlib import Path
@@ -16,7 +25,7 @@ import yaml
 
 from matrix.errors import UserError, excerpt
 from matrix.model import yamlsrc
-from matrix.model.settings import IMAGES
+from matrix.model.settings import IMAGES, user_cache
 
 if TYPE_CHECKING:
     import jsonschema
@@ -63,8 +72,58 @@ def schema(name: str) -> dict[str, Any]:
     return yamlsrc.load_shipped((SCHEMAS / f"{name}.schema.yaml").read_text(encoding="utf-8"))
 
 
+# --- passes remembered ----------------------------------------------------------------------------
+
+PASS_FORMAT = 1  # bump when what a check means changes (the validator class, the keywords used)
+
+
+def pass_cache_dir() -> Path:
+    """Where passes are remembered, beside the layer-test passes (matrix/image/testrecord.py)."""
+    return user_cache("schema-passes")
+
+
+@cache
+def _validator_release() -> str:
+    """The installed jsonschema's release, read from its dist-info folder's name without
+    importing it (an import is what a remembered pass saves)."""
+    spec = importlib.util.find_spec("jsonschema")
+    if spec is None or spec.origin is None:
+        return "none"
+    package = Path(spec.origin).parent
+    found = sorted(p.name for p in package.parent.glob("jsonschema-*.dist-info"))
+    return ",".join(found) or f"{package}@{package.stat().st_mtime_ns}"
+
+
+def _pass_key(*parts: Any) -> Path:
+    """The file that records a pass of ``parts``. ``repr`` tells 1 from "1" (JSON would not)."""
+    text = repr((PASS_FORMAT, _validator_release(), parts))
+    return pass_cache_dir() / hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _passed_before(key: Path) -> bool:
+    return key.is_file()
+
+
+def _remember_pass(key: Path) -> None:
+    """Record a pass; a cache that cannot be written (read-only home, disk full) only means the
+    next command checks again."""
+    try:
+        key.parent.mkdir(parents=True, exist_ok=True)
+        key.touch()
+    except OSError:
+        pass
+
+
 def check_schema(located: yamlsrc.Located, schema_name: str) -> None:
     """Raise the first schema error (in document order) as ``file:line: key: problem``."""
+    key = _pass_key("document", schema(schema_name), located.data)
+    if _passed_before(key):
+        return
+    _first_schema_error(located, schema_name)
+    _remember_pass(key)
+
+
+def _first_schema_error(located: yamlsrc.Located, schema_name: str) -> None:
     jsonschema = jsonschema_library()
     validator = jsonschema.Draft202012Validator(schema(schema_name))
     errors = list(validator.iter_errors(located.data))
@@ -84,9 +143,31 @@ def check_options(located: yamlsrc.Located, images: Path | None = None) -> None:
 
     Runs before any template sees the options. A component without that file takes no options.
     """
+    folder = images or IMAGES
+    checked = {component: (_schema_text(folder / component / OPTIONS_SCHEMA),
+                           {version: ("options" in vspec, vspec.get("options"))
+                            for version, vspec in cspec["versions"].items()})
+               for component, cspec in located.data["components"].items()}
+    key = _pass_key("options", checked)
+    if _passed_before(key):
+        return
+    _check_each_options(located, folder)
+    _remember_pass(key)
+
+
+def _schema_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: not a valid JSON Schema: {exc}") from None
+
+
+def _check_each_options(located: yamlsrc.Located, images: Path) -> None:
     jsonschema = jsonschema_library()
     for component, cspec in located.data["components"].items():
-        schema_file = (images or IMAGES) / component / OPTIONS_SCHEMA
+        schema_file = images / component / OPTIONS_SCHEMA
         rule = options_schema(schema_file)
         for version, vspec in cspec["versions"].items():
             here = ("components", component, "versions", version, "options")

@@ -1,4 +1,5 @@
-"""Where the project's files are, and the one setting every download reads from the environment.
+"""Where the project's files are, the user's cache folder, and the one setting every download
+reads from the environment.
 
 Every room reads these: the model finds each component's options schema under ``images/``, the
 image room renders and builds from it, and both ``invoke pin`` and the build trust the CA bundle
@@ -14,6 +15,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent.parent
 IMAGES = ROOT / "images"
 GENERATED = IMAGES / "generated"
+
+
+
+def user_cache(name: str) -> Path:
+    """``$XDG_CACHE_HOME/mnp-stacks/<name>`` (``~/.cache`` without it): what one run learns and
+    the next can reuse (layer-test passes, schema passes, compiled templates), kept out of the
+    checkout so that every clone shares it. Read at each call, so a changed environment counts."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mnp-stacks" / name
+
 
 CA_ENV_VARS = ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
 

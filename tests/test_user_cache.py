@@ -1,0 +1,88 @@
+"""What a command remembers in the user's cache folder (matrix/model/settings.py ``user_cache``)
+to be faster next time: schema passes (matrix/model/schema.py) and compiled templates
+(matrix/image/render.py). Each is checked for the speed it exists for and for never changing an
+answer: an edited file is checked again, and a cache that cannot be written changes nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from matrix.errors import UserError
+from matrix.model.settings import ROOT
+
+# One process loads the matrix and says whether it imported jsonschema (which only a check does).
+LOAD = ("import sys; from pathlib import Path; from matrix.model.loader import load_matrix; "
+        "load_matrix(Path(sys.argv[1])); print('jsonschema' in sys.modules)")
+
+
+def load_in_a_new_process(stacks: Path, cache: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", LOAD, str(stacks)], cwd=ROOT, text=True,
+                          capture_output=True, env=dict(os.environ, XDG_CACHE_HOME=str(cache)))
+
+
+def test_a_matrix_that_passed_is_not_checked_again(tmp_path):
+    first = load_in_a_new_process(ROOT / "stacks.yaml", tmp_path)
+    second = load_in_a_new_process(ROOT / "stacks.yaml", tmp_path)
+    assert (first.returncode, second.returncode) == (0, 0), first.stderr + second.stderr
+    assert (first.stdout.strip(), second.stdout.strip()) == ("True", "False")
+    assert list((tmp_path / "mnp-stacks" / "schema-passes").iterdir())
+
+
+@pytest.mark.parametrize(("edit", "error"), [
+    # the document against its schema
+    (("repository: mnp-stacks", "repository: 7"), "repository: expected string"),
+    # a component version's options against its component's options schema
+    (("options: {packages: [openssh-client, openssh-server]}",
+      "options: {packages: [openssh-client, openssh-server], no_such_option: 1}"),
+     "no_such_option"),
+])
+def test_an_edited_matrix_is_checked_again(tmp_path, monkeypatch, edit, error):
+    from matrix.model.loader import load_matrix
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    stacks = tmp_path / "stacks.yaml"
+    shutil.copy(ROOT / "stacks.yaml", stacks)
+    load_matrix(stacks)  # passes, and is remembered
+    stacks.write_text(stacks.read_text(encoding="utf-8").replace(*edit, 1), encoding="utf-8")
+    with pytest.raises(UserError, match=error):
+        load_matrix(stacks)
+
+
+def test_a_cache_that_cannot_be_written_only_means_checking_again(tmp_path):
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    for _ in range(2):
+        proc = load_in_a_new_process(ROOT / "stacks.yaml", blocked)
+        assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr
+
+
+def test_templates_compiled_once_render_the_same_and_follow_an_edit(tmp_path):
+    """A second process renders from Jinja's compiled-template cache; a changed template is
+    compiled again (Jinja keys each by its source's checksum)."""
+    images = tmp_path / "images"
+    (images / "toy").mkdir(parents=True)
+    template = images / "toy" / "Dockerfile.j2"
+    render = ("import sys; from pathlib import Path; from matrix.image import render; "
+              "print(render.environment(Path(sys.argv[1])).get_template('toy/Dockerfile.j2')"
+              ".render(v='1'), end='')")
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+
+    def rendered() -> str:
+        proc = subprocess.run([sys.executable, "-c", render, str(images)], cwd=ROOT, env=env,
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    template.write_text("FROM scratch\nLABEL v={{ v }}\n")
+    assert rendered() == rendered() == "FROM scratch\nLABEL v=1\n"
+    assert list((tmp_path / "cache" / "mnp-stacks" / "templates").iterdir())  # it was cached
+    template.write_text("FROM scratch\nLABEL w={{ v }}\n")
+    assert rendered() == "FROM scratch\nLABEL w=1\n"
+    env["XDG_CACHE_HOME"] = str(template)  # a file: no cache folder can be made under it
+    assert rendered() == "FROM scratch\nLABEL w=1\n"
