@@ -85,6 +85,21 @@ def test_loading_the_matrix_imports_no_format_module(tmp_path):
     assert int(installed) >= 5  # the json-validation extra's: the check hid something
 
 
+def test_no_module_imports_jsonschema_itself():
+    """Only ``jsonschema_library()`` imports it, without the format modules: a test module that
+    imported it at its top once cost every collection of the suite (about 16 a run) 2.5 s of
+    CPU, rfc3987_syntax compiling its 38 grammars."""
+    importing = sorted(
+        str(path.relative_to(ROOT)) for folder in ("matrix", "tests", "bench", "entrypoint")
+        for path in (ROOT / folder).rglob("*.py")
+        if any(isinstance(node, ast.Import) and any(a.name.split(".")[0] == "jsonschema"
+                                                    for a in node.names)
+               or isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0]
+               == "jsonschema"
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))))
+    assert importing == ["matrix/jobs/crds.py", "matrix/model/schema.py"], importing
+
+
 def test_the_bill_of_materials_is_checked_for_iri_formats():
     matrix = load_matrix(ROOT / "stacks.yaml")
     stack = matrix.stack("cuda10.1-tcp")  # components built from source carry a URL

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import copy
 
-import jsonschema
 import pytest
 
 from matrix.errors import UserError
 from matrix.jobs import crds
 from matrix.jobs.k8s import KINDS, build_manifest
+from matrix.model.schema import jsonschema_library
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cuda@sha256:" + "b" * 64
 UNKNOWN = "unknown field (not in the CRD schema"
@@ -69,7 +69,7 @@ def test_maps_and_preserved_objects_keep_their_unknown_keys():
         "one": {"anyOf": [{"type": "integer"}, {"type": "string"}]}}}
     closed = copy.deepcopy(schema)
     crds._close(closed)
-    check = jsonschema.Draft7Validator(closed)
+    check = jsonschema_library().Draft7Validator(closed)
     assert check.is_valid({"labels": {"any": "x"}, "raw": {"free": 1}, "one": 1})
     assert not check.is_valid({"raw": {"known": {"b": 1}}})  # closed below an open object
     assert not check.is_valid({"items": [{"n": 1, "m": 2}]})
