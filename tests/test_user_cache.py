@@ -86,3 +86,27 @@ def test_templates_compiled_once_render_the_same_and_follow_an_edit(tmp_path):
     assert rendered() == "FROM scratch\nLABEL w=1\n"
     env["XDG_CACHE_HOME"] = str(template)  # a file: no cache folder can be made under it
     assert rendered() == "FROM scratch\nLABEL w=1\n"
+
+
+def test_lint_fails_on_a_finding_and_lints_a_file_that_passed_only_once(tmp_path, monkeypatch):
+    from matrix.image import hadolint
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    config = ROOT / ".hadolint.yaml"
+    good, bad = tmp_path / "good.Dockerfile", tmp_path / "bad.Dockerfile"
+    good.write_text("FROM debian:bookworm\nUSER nobody\n")
+    bad.write_text("FROM debian:latest\nUSER nobody\n")  # DL3007, a warning: the threshold
+    hadolint.check([good], config)
+    passes = tmp_path / "cache" / "mnp-stacks" / "lint-passes"
+    assert len(list(passes.iterdir())) == 1
+    with pytest.raises(UserError, match="hadolint found problems"):
+        hadolint.check([good, bad], config)
+    assert len(list(passes.iterdir())) == 1  # a failing run remembers nothing
+    started = []
+    monkeypatch.setattr(hadolint.subprocess, "run", lambda *a, **k: started.append(a))
+    hadolint.check([good], config)
+    assert started == []  # passed before: hadolint not started again
+    good.write_text("FROM debian:bookworm\nUSER root\n")
+    with pytest.raises(AttributeError):  # an edited file is linted: the stand-in returns None
+        hadolint.check([good], config)
+    assert len(started) == 1

@@ -9,7 +9,6 @@ import this module.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -339,7 +338,7 @@ def show_plan(stacks_file: str, stacks: Any, all_stacks: bool, as_json: bool = F
 def lint(stacks_file: str) -> None:
     """The entrypoint's instance table and the generated Dockerfiles are fresh and the
     Dockerfiles pass hadolint; one line on success."""
-    from matrix.image import generated
+    from matrix.image import generated, hadolint
     from matrix.image.plan import plan
 
     matrix = load(stacks_file)
@@ -355,17 +354,8 @@ def lint(stacks_file: str) -> None:
         raise UserError(f"rendered Dockerfiles are stale ({problems[0]}"
                         f"{f' and {len(problems) - 1} more' if len(problems) > 1 else ''}); "
                         f"run `invoke render --all{flag}` and commit {shown(out)}/")
-    files = sorted(str(p) for p in out.rglob("*.Dockerfile"))
-    hadolint = Path(sys.executable).parent / "hadolint"
-    command = [str(hadolint) if hadolint.exists() else "hadolint", "--no-color",
-               "-c", str(ROOT / ".hadolint.yaml"), *files]
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True, check=False)
-    except FileNotFoundError:
-        raise UserError("hadolint not found; install the dev extra: pip install -e '.[dev]'") from None
-    if proc.returncode:
-        sys.stdout.write(proc.stdout)  # findings only matter when they fail the check
-        raise UserError(f"hadolint found problems in the rendered Dockerfiles (exit {proc.returncode})")
+    files = sorted(out.rglob("*.Dockerfile"))
+    hadolint.check(files, ROOT / ".hadolint.yaml")
     print(f"{len(files)} rendered Dockerfiles are fresh and pass hadolint")
 
 
