@@ -35,6 +35,10 @@ def cuda_build(cuda_tcp_build):
     return cuda_tcp_build
 
 
+# A group of its own, handed out with the build's group when there is no last run: on a fresh
+# machine its worker waits for the build (one worker fewer beside the build), then tests the
+# layers while the build's worker runs the rest of this file.
+@pytest.mark.xdist_group("cuda13.2-tcp layer tests")
 def test_every_layer_test_passes(docker_client, cuda_build, tmp_path):
     outcome = testing.run_stack_tests(docker_client, cuda_build, STACK,
                                       console=Console(width=160), state=tmp_path)
