@@ -15,7 +15,9 @@ import sys
 from pathlib import Path
 
 from matrix.errors import UserError
-from matrix.model.settings import user_cache
+from matrix.model.settings import passed_before, remember_pass
+
+PASSES = "lint-passes"  # the user_cache folder
 
 
 def binary() -> str:
@@ -24,22 +26,16 @@ def binary() -> str:
     return str(beside) if beside.exists() else "hadolint"
 
 
-def _identity(program: str, config: Path) -> bytes:
+def _identity(program: str, config: Path) -> bytes | None:
     """What a verdict depends on besides the file: the binary (its path, size and modification
-    time: a reinstall is a new one) and the configuration's text."""
+    time: a reinstall is a new one) and the configuration's text; None for a binary found on
+    PATH only when it runs (nothing to remember it by)."""
     try:
         stat = Path(program).stat()
-        binary_id = f"{Path(program).resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
-    except OSError:  # found on PATH only when it runs: nothing to remember it by
-        binary_id = ""
-    return binary_id.encode() + b"\0" + config.read_bytes()
-
-
-def _pass_file(identity: bytes, path: Path) -> Path | None:
-    if not identity.split(b"\0", 1)[0]:
+    except OSError:
         return None
-    digest = hashlib.sha256(identity + b"\0" + path.read_bytes()).hexdigest()
-    return user_cache("lint-passes") / digest
+    return f"{Path(program).resolve()}:{stat.st_size}:{stat.st_mtime_ns}\0".encode() \
+        + config.read_bytes()
 
 
 def check(files: list[Path], config: Path) -> None:
@@ -47,8 +43,10 @@ def check(files: list[Path], config: Path) -> None:
     printed first) or is missing."""
     program = binary()
     identity = _identity(program, config)
-    passes = {path: _pass_file(identity, path) for path in files}
-    todo = [path for path, done in passes.items() if done is None or not done.is_file()]
+    digests = {path: hashlib.sha256(identity + b"\0" + path.read_bytes()).hexdigest()
+               if identity else None for path in files}
+    todo = [path for path, digest in digests.items()
+            if digest is None or not passed_before(PASSES, digest)]
     if not todo:
         return
     command = [program, "--no-color", "-c", str(config), *map(str, todo)]
@@ -60,15 +58,5 @@ def check(files: list[Path], config: Path) -> None:
         sys.stdout.write(proc.stdout)  # findings only matter when they fail the check
         raise UserError(f"hadolint found problems in the rendered Dockerfiles (exit {proc.returncode})")
     for path in todo:
-        _remember(passes[path])
-
-
-def _remember(pass_file: Path | None) -> None:
-    """A cache that cannot be written only means linting again next time."""
-    if pass_file is None:
-        return
-    try:
-        pass_file.parent.mkdir(parents=True, exist_ok=True)
-        pass_file.touch()
-    except OSError:
-        pass
+        if digests[path]:
+            remember_pass(PASSES, digests[path])

@@ -4,10 +4,10 @@ schemas in ``matrix/model/schemas/`` and each component's ``images/<component>/o
 The instance table and the loader both use it, so it sits below both of them. A problem is one
 :class:`~matrix.errors.UserError` as ``file:line: key: problem``.
 
-A document that passed is remembered (``pass_cache_dir()``), keyed by the digest of everything
-the verdict depends on: the document's data, the schema, the jsonschema release and
-``PASS_FORMAT``. The next command that checks the same data against the same schema skips the
-check and the import of jsonschema (together about 0.3 s of every command's 0.9 s on the
+A document that passed is remembered (``settings.remember_pass``, folder ``schema-passes``),
+keyed by the digest of everything the verdict depends on: the document's data, the schema, the
+jsonschema release and ``PASS_FORMAT``. The next command that checks the same data against the
+same schema skips the check and the import of jsonschema (together about 0.3 s of every command's 0.9 s on the
 2-core machine). A change to any of them is a new key, so it is checked again; a failure is
 never remembered.
 """
@@ -25,7 +25,7 @@ import yaml
 
 from matrix.errors import UserError, excerpt
 from matrix.model import yamlsrc
-from matrix.model.settings import IMAGES, user_cache
+from matrix.model.settings import IMAGES, passed_before, remember_pass
 
 if TYPE_CHECKING:
     import jsonschema
@@ -77,9 +77,7 @@ def schema(name: str) -> dict[str, Any]:
 PASS_FORMAT = 1  # bump when what a check means changes (the validator class, the keywords used)
 
 
-def pass_cache_dir() -> Path:
-    """Where passes are remembered, beside the layer-test passes (matrix/image/testrecord.py)."""
-    return user_cache("schema-passes")
+PASSES = "schema-passes"  # the user_cache folder
 
 
 @cache
@@ -94,33 +92,19 @@ def _validator_release() -> str:
     return ",".join(found) or f"{package}@{package.stat().st_mtime_ns}"
 
 
-def _pass_key(*parts: Any) -> Path:
-    """The file that records a pass of ``parts``. ``repr`` tells 1 from "1" (JSON would not)."""
+def _pass_key(*parts: Any) -> str:
+    """The digest a pass of ``parts`` is remembered by. ``repr`` tells 1 from "1" (JSON would not)."""
     text = repr((PASS_FORMAT, _validator_release(), parts))
-    return pass_cache_dir() / hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _passed_before(key: Path) -> bool:
-    return key.is_file()
-
-
-def _remember_pass(key: Path) -> None:
-    """Record a pass; a cache that cannot be written (read-only home, disk full) only means the
-    next command checks again."""
-    try:
-        key.parent.mkdir(parents=True, exist_ok=True)
-        key.touch()
-    except OSError:
-        pass
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def check_schema(located: yamlsrc.Located, schema_name: str) -> None:
     """Raise the first schema error (in document order) as ``file:line: key: problem``."""
     key = _pass_key("document", schema(schema_name), located.data)
-    if _passed_before(key):
+    if passed_before(PASSES, key):
         return
     _first_schema_error(located, schema_name)
-    _remember_pass(key)
+    remember_pass(PASSES, key)
 
 
 def _first_schema_error(located: yamlsrc.Located, schema_name: str) -> None:
@@ -149,10 +133,10 @@ def check_options(located: yamlsrc.Located, images: Path | None = None) -> None:
                             for version, vspec in cspec["versions"].items()})
                for component, cspec in located.data["components"].items()}
     key = _pass_key("options", checked)
-    if _passed_before(key):
+    if passed_before(PASSES, key):
         return
     _check_each_options(located, folder)
-    _remember_pass(key)
+    remember_pass(PASSES, key)
 
 
 def _schema_text(path: Path) -> str | None:

@@ -25,6 +25,21 @@ def user_cache(name: str) -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mnp-stacks" / name
 
 
+def passed_before(folder: str, digest: str) -> bool:
+    """Whether a check keyed by ``digest`` passed before (an empty file in ``user_cache(folder)``)."""
+    return (user_cache(folder) / digest).is_file()
+
+
+def remember_pass(folder: str, digest: str) -> None:
+    """Record a pass; a cache that cannot be written (read-only home, disk full) only means the
+    next command checks again."""
+    try:
+        (user_cache(folder)).mkdir(parents=True, exist_ok=True)
+        (user_cache(folder) / digest).touch()
+    except OSError:
+        pass
+
+
 CA_ENV_VARS = ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
 
 
