@@ -103,13 +103,19 @@ def remove_repository(client, repo: str) -> None:
     projects' tags, and another test may be building with its tag at this moment."""
     from docker.errors import APIError
 
-    images = sorted(client.images.list(name=repo), key=lambda i: i.attrs["Created"], reverse=True)
-    for image in images:
-        for tag in image.tags:
-            if not tag.startswith(f"{repo}:"):
-                continue
-            with contextlib.suppress(APIError):
-                client.images.remove(tag)
+    for tag in local_tags(client, lambda tag: tag.startswith(f"{repo}:")):
+        with contextlib.suppress(APIError):
+            client.images.remove(tag)
+
+
+def local_tags(client, keep) -> list[str]:
+    """The engine's tags for which ``keep(tag)`` is true, newest image first.
+
+    Read from the image summaries (GET /images/json), one answer with tags and creation times.
+    docker-py's ``images.list()`` inspects every image after listing, so an image that a test in
+    another worker removes in between fails the whole listing with ImageNotFound."""
+    summaries = sorted(client.api.images(), key=lambda summary: summary["Created"], reverse=True)
+    return [tag for summary in summaries for tag in summary.get("RepoTags") or [] if keep(tag)]
 
 
 def run_build(client, project, names, **kwargs):

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.build_project import local_tags
+
 REGISTRY_BINARY = shutil.which("docker-registry") or "/usr/bin/docker-registry"
 BASE_IMAGE = "debian:bookworm"
 
@@ -198,10 +200,8 @@ def chain(docker_client, base_image) -> Iterator[Chain]:
     final = f"{repo}:tinystack"
     docker_client.images.get(second).tag(repo, "tinystack")
     yield Chain(repo, [first, second], final, "tinystack", image_id)
-    for image in docker_client.images.list():
-        for tag in image.tags:
-            if repo in tag:
-                docker_client.images.remove(tag, noprune=False)
+    for tag in local_tags(docker_client, lambda tag: repo in tag):
+        docker_client.images.remove(tag, noprune=False)
 
 
 @pytest.fixture

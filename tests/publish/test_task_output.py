@@ -30,6 +30,7 @@ import yaml
 from matrix.image.plan import plan
 from matrix.image.testrecord import DEFAULT_STATE_DIR, record_pass
 from matrix.model.loader import load_matrix
+from tests.build_project import local_tags
 
 pytestmark = pytest.mark.docker
 
@@ -90,12 +91,9 @@ def forget(docker_client, repo: str, image_ids: list[str]) -> None:
     this module wrote to the project's state folder."""
     import docker.errors
 
-    for image in sorted(docker_client.images.list(), key=lambda i: i.attrs["Created"],
-                        reverse=True):
-        for tag in image.tags:
-            if repo in tag:
-                with contextlib.suppress(docker.errors.APIError):  # gone with another tag
-                    docker_client.images.remove(tag)
+    for tag in local_tags(docker_client, lambda tag: repo in tag):
+        with contextlib.suppress(docker.errors.APIError):  # gone with another tag
+            docker_client.images.remove(tag)
     for image_id in image_ids:
         (DEFAULT_STATE_DIR / f"{image_id.split(':', 1)[1]}.json").unlink(missing_ok=True)
 
