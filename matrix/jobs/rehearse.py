@@ -276,8 +276,9 @@ def _save_logs(run: _Rehearsal, log_dir: Path, log: Log) -> None:
 
 def _cleanup(client: docker.DockerClient, run: _Rehearsal, log: Log) -> None:
     """Remove the rehearsal's containers and network, whatever state they are in."""
+    # ignore_removed: a container that goes away while it is listed is what this wants anyway
     for container in list(run.containers.values()) + client.containers.list(
-        all=True, filters={"label": f"{LABEL}={run.run_id}"}
+        all=True, filters={"label": f"{LABEL}={run.run_id}"}, ignore_removed=True
     ):
         try:
             container.remove(force=True)
