@@ -99,11 +99,16 @@ def project_files(tmp_path: Path, docker_client):
 def remove_repository(client, repo: str) -> None:
     """Untag every image of ``repo``, newest first, so children go before their parents.
 
-    Only ``repo``'s own tags: two projects' identical layers are one cached image with both
+    Only ``repo``'s own tags, local or registry-named (a layer pulled from a test registry is
+    tagged ``host:port/repo:tag``): two projects' identical layers are one cached image with both
     projects' tags, and another test may be building with its tag at this moment."""
     from docker.errors import APIError
 
-    for tag in local_tags(client, lambda tag: tag.startswith(f"{repo}:")):
+    def ours(tag: str) -> bool:
+        name = tag.rsplit(":", 1)[0]
+        return name == repo or name.endswith(f"/{repo}")
+
+    for tag in local_tags(client, ours):
         with contextlib.suppress(APIError):
             client.images.remove(tag)
 
