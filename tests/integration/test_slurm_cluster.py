@@ -7,6 +7,7 @@ the variables Slurm really sets (``srun`` direct launch, ``--mpi=pmix``).
 
 import json
 import re
+import warnings
 
 import pytest
 
@@ -46,8 +47,22 @@ def test_srun_tasks_see_the_step_variables_the_adapter_reads(slurm):
                                            "node3 2 node[1-3] 3 1(x3)"]
 
 
+# Open MPI's own report of a signal in a rank (opal/util/stacktrace.c prints it).
+OMPI_CRASH = "*** Process received signal ***"
+
+
 def test_srun_mpi_pmix_runs_an_mpi4py_allreduce_in_the_image(slurm):
-    code, output = slurm.run(f'srun -N3 --mpi=pmix python3 -c "{ALLREDUCE}"')
+    """Once in about twenty full runs (2026-11-28), rank 0 segfaulted inside Debian's Open MPI
+    4.1.4 at a null address before any peer connected, and the other ranks then waited in the
+    allreduce until the step's time limit. The cause is not known; the step takes about 1.5 s.
+    So: a 30 s limit, and one more step only after a crash Open MPI itself reports, said in the
+    run's warnings. Any other failure, or a second crash, fails."""
+    command = f'srun -N3 --mpi=pmix python3 -c "{ALLREDUCE}"'
+    code, output = slurm.run(command, timeout=30)
+    if code != 0 and OMPI_CRASH in output:
+        warnings.warn(f"srun --mpi=pmix: a rank crashed in Open MPI, stepping again: {output}",
+                      stacklevel=1)
+        code, output = slurm.run(command, timeout=30)
     assert code == 0, output + slurm.logs()
     lines = sorted(line for line in output.splitlines() if line.startswith("rank="))
     assert lines == ["rank=0 size=3 sum=6", "rank=1 size=3 sum=6", "rank=2 size=3 sum=6"], output
