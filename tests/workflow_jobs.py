@@ -5,8 +5,8 @@ A job's pytest step is run by bash as the runner would (``bash -e``, the step's 
 PATH holding only stand-ins for ``python``, ``python3``, ``pytest`` and ``sudo``: the stand-in
 records the arguments pytest would get and exits. Any other command in such a step fails the
 reading (nothing else runs for real). Each recorded argument list is then collected for real
-with ``pytest --collect-only -q``, so a job's selection is what pytest itself selects: paths,
-``-m`` markers, ``--ignore``, ``-k``, and the conftests' own collection rules.
+with ``pytest --collect-only -q`` (:func:`collected`), so a job's selection is what pytest itself
+selects: paths, ``-m`` markers, ``--ignore``, ``-k``, and the conftests' own collection rules.
 
 :func:`gates` asks the other question: does a failing check fail its job? Each step that runs a
 check (pytest, invoke, ruff, zizmor, check-jsonschema, git status) is run by bash as the runner
@@ -25,7 +25,6 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -229,19 +228,36 @@ def recorded(script: str, env: dict[str, str], shims: Path, where: str) -> Itera
     return (tuple(json.loads(line)) for line in lines)
 
 
-def collected(args: tuple[str, ...] | list[str]) -> set[str]:
-    """The node IDs ``python -m pytest --collect-only -q ARGS`` selects (from the project root)."""
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
-                           "-p", "no:cacheprovider", *args],
+# Every selection is collected by one Python process, one pytest session after the other, as
+# pytester's in-process runs do: the test modules and conftests are imported once instead of once
+# per selection, a third of the CPU of a process each. Each session still makes its own config,
+# plugins, items and hook calls, so each selection is pytest's own.
+COLLECTOR = """
+import contextlib, io, json, sys
+import pytest
+for args in json.loads(sys.stdin.read()):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *args])
+    print(json.dumps([int(code), out.getvalue()]), flush=True)
+"""
+
+
+def collected(arg_lists: list[tuple[str, ...]]) -> list[set[str]]:
+    """For each argument list, the node IDs ``pytest --collect-only -q ARGS`` selects (from the
+    project root)."""
+    proc = subprocess.run([sys.executable, "-c", COLLECTOR], input=json.dumps(arg_lists),
                           cwd=ROOT, capture_output=True, text=True, check=False)
-    if proc.returncode not in (0, 5):  # 5: the selection is empty, which is reported later
-        raise AssertionError(f"pytest {' '.join(args)} does not collect:\n{proc.stdout[-2000:]}")
-    return {line for line in proc.stdout.splitlines() if "::" in line}
-
-
-def selections(runs: list[PytestRun]) -> dict[PytestRun, set[str]]:
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        return dict(zip(runs, pool.map(lambda run: collected(run.args), runs)))
+    answers = [json.loads(line) for line in proc.stdout.splitlines()]
+    if proc.returncode != 0 or len(answers) != len(arg_lists):
+        raise AssertionError(f"the collector stopped (exit {proc.returncode}):\n"
+                             f"{proc.stderr[-2000:]}")
+    found = []
+    for args, (code, output) in zip(arg_lists, answers):
+        if code not in (0, 5):  # 5: the selection is empty, which is reported later
+            raise AssertionError(f"pytest {' '.join(args)} does not collect:\n{output[-2000:]}")
+        found.append({line for line in output.splitlines() if "::" in line})
+    return found
 
 
 def tree_modules() -> set[str]:

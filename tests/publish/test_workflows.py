@@ -31,8 +31,8 @@ def _step(name: str) -> list[str]:
 def ci_selection():
     """What each pytest run of ci.yml selects, every collected test, and the tree's modules."""
     runs = workflow_jobs.pytest_runs(workflow_jobs.pull_request_jobs(load_workflow(WORKFLOWS / "ci.yml")))
-    return (workflow_jobs.selections(runs), workflow_jobs.collected([]),
-            workflow_jobs.tree_modules())
+    *each, everything = workflow_jobs.collected([run.args for run in runs] + [()])
+    return dict(zip(runs, each)), everything, workflow_jobs.tree_modules()
 
 
 def test_every_test_module_is_selected_by_a_pull_request_job(ci_selection):
