@@ -16,12 +16,6 @@ from matrix.errors import UserError
 from matrix.model.settings import ROOT
 
 
-def collected(*args: str) -> set[str]:
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *args],
-                          cwd=ROOT, capture_output=True, text=True, check=False)
-    return {line for line in proc.stdout.splitlines() if "::" in line}
-
-
 def test_the_suite_runs_in_xdist_workers_grouped(monkeypatch):
     monkeypatch.delenv(suite.WORKERS_VARIABLE, raising=False)
     args = suite.suite_args(suite.workers())
@@ -168,11 +162,13 @@ def test_a_malformed_ledger_is_one_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+# In the workflow tests' group: the whole suite's collection is made there anyway.
+@pytest.mark.xdist_group("tests/publish/test_workflows.py")
 def test_every_declared_skip_names_collected_tests():
     """An entry of tests/expected_skips.yaml whose glob matches no test is stale."""
-    from tests import skip_ledger
+    from tests import skip_ledger, workflow_jobs
 
-    everything = collected()
+    _, everything = workflow_jobs.ci_collections()
     for entry in skip_ledger.load(skip_ledger.LEDGER):
         assert any(fnmatch.fnmatchcase(nodeid, entry.tests) for nodeid in everything), entry.tests
 

@@ -18,6 +18,7 @@ is reported. A job or step marked ``continue-on-error``, or a check step that ru
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -258,6 +259,16 @@ def collected(arg_lists: list[tuple[str, ...]]) -> list[set[str]]:
             raise AssertionError(f"pytest {' '.join(args)} does not collect:\n{output[-2000:]}")
         found.append({line for line in output.splitlines() if "::" in line})
     return found
+
+
+@functools.cache
+def ci_collections() -> tuple[dict[PytestRun, set[str]], set[str]]:
+    """What each pytest run of ci.yml's pull-request jobs selects, and what the whole suite
+    collects, collected once per process: the workflow tests and the skip ledger's test both
+    read them (one xdist group, so one worker)."""
+    runs = pytest_runs(pull_request_jobs(load_workflow(ROOT / ".github" / "workflows" / "ci.yml")))
+    *each, everything = collected([run.args for run in runs] + [()])
+    return dict(zip(runs, each)), everything
 
 
 def tree_modules() -> set[str]:

@@ -30,9 +30,8 @@ def _step(name: str) -> list[str]:
 @pytest.fixture(scope="module")
 def ci_selection():
     """What each pytest run of ci.yml selects, every collected test, and the tree's modules."""
-    runs = workflow_jobs.pytest_runs(workflow_jobs.pull_request_jobs(load_workflow(WORKFLOWS / "ci.yml")))
-    *each, everything = workflow_jobs.collected([run.args for run in runs] + [()])
-    return dict(zip(runs, each)), everything, workflow_jobs.tree_modules()
+    selected, everything = workflow_jobs.ci_collections()
+    return selected, everything, workflow_jobs.tree_modules()
 
 
 def test_every_test_module_is_selected_by_a_pull_request_job(ci_selection):
