@@ -56,10 +56,13 @@ def group_of(item: pytest.Item) -> str:
     return str(mark.args[0] if mark and mark.args else file_group(item))
 
 
-# Without a last run (a clean clone, a fresh machine) the group that builds the CUDA stack goes
+# Without a last run (a clean clone, a fresh machine) one group that builds the CUDA stack goes
 # first: on a fresh machine it builds from nothing, 14 to 20 min of a 20 to 22 min suite (runs in
 # docs/measurements.md), and handed out later it ran on after every other group had finished.
-# On a warm machine it is one of the long groups anyway.
+# Only one: another group that needs the build would hold a second worker waiting for the same
+# lock (822 s of a fresh run, 2026-11-28), with the groups xdist gave that worker behind it; in
+# its place by its seconds it comes up when the build is done or nearly. On a warm machine these
+# groups are short or long by their own tests.
 BUILDS_FROM_NOTHING = ("cuda_tcp_build",)
 
 
@@ -73,19 +76,23 @@ def group_seconds() -> tuple[dict[str, float], bool]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The groups longest first (longest-processing-time-first scheduling: the last groups to
     start are short, so no worker runs on alone at the end). A group neither run nor recorded
-    counts as the longest when it holds a slow test, else as the shortest; without a last run a
-    group that builds the CUDA stack leads. Equals keep the order of collection (a stable sort).
-    The suite runs xdist with ``--no-loadscope-reorder`` (matrix/cli/suite.py): xdist would
-    otherwise hand out the groups with the most tests first."""
+    counts as the longest when it holds a slow test, else as the shortest; without a last run
+    the longest group that builds the CUDA stack leads. Equals keep the order of collection (a
+    stable sort). The suite runs xdist with ``--no-loadscope-reorder`` (matrix/cli/suite.py):
+    xdist would otherwise hand out the groups with the most tests first."""
     seconds, had_last_run = group_seconds()
     slow = {group_of(item) for item in items if item.get_closest_marker("slow")}
-    builders = {group_of(item) for item in items
-                if set(BUILDS_FROM_NOTHING) & set(getattr(item, "fixturenames", ()))}
+
+    def expected(group: str) -> float:
+        return seconds.get(group, math.inf if group in slow else 0.0)
+
+    builders = [group_of(item) for item in items
+                if set(BUILDS_FROM_NOTHING) & set(getattr(item, "fixturenames", ()))]
+    leader = None if had_last_run or not builders else max(builders, key=expected)
 
     def key(item: pytest.Item) -> tuple[bool, float]:
         group = group_of(item)
-        unknown = math.inf if group in slow else 0.0
-        return (had_last_run or group not in builders, -seconds.get(group, unknown))
+        return (group != leader, -expected(group))
 
     items.sort(key=key)
 

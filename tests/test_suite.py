@@ -228,7 +228,9 @@ def test_groups_are_ordered_longest_first_and_the_cuda_build_leads_without_a_las
         monkeypatch):
     """Longest first by the recorded seconds, a last run's seconds over them; a group neither
     run nor recorded is the longest when it has a slow test. Without a last run (a clean clone)
-    the group that builds the CUDA stack leads: on a fresh machine it builds from nothing."""
+    the longest group that builds the CUDA stack leads: on a fresh machine it builds from
+    nothing. Another group that needs the build keeps its place by its seconds, rather than
+    holding a second worker at the build's lock."""
     from tests import conftest, suite_groups
 
     def order(recorded: dict[str, float], last: dict[str, float]) -> list[str]:
@@ -236,15 +238,18 @@ def test_groups_are_ordered_longest_first_and_the_cuda_build_leads_without_a_las
         monkeypatch.setattr(suite_groups, "last_run", lambda: last)
         items = [_Item("tests/a.py::t", slow=True), _Item("tests/c.py::t"),
                  _Item("tests/b.py::t", slow=True, fixtures=("docker_client", "cuda_tcp_build")),
-                 _Item("tests/d.py::t")]
+                 _Item("tests/d.py::t"), _Item("tests/e.py::t", fixtures=("cuda_tcp_build",))]
         conftest.pytest_collection_modifyitems(None, items)
         return [item.nodeid.split("::")[0].removeprefix("tests/") for item in items]
 
-    assert order({}, {}) == ["b.py", "a.py", "c.py", "d.py"]
-    assert order({"tests/c.py": 5.0, "tests/d.py": 50.0}, {}) == ["b.py", "a.py", "d.py", "c.py"]
-    recorded = {"tests/a.py": 90.0, "tests/b.py": 30.0, "tests/c.py": 5.0, "tests/d.py": 50.0}
-    assert order(recorded, {}) == ["b.py", "a.py", "d.py", "c.py"]
-    assert order(recorded, {"tests/c.py": 200.0}) == ["c.py", "a.py", "d.py", "b.py"]
+    assert order({}, {}) == ["b.py", "a.py", "c.py", "d.py", "e.py"]
+    assert order({"tests/c.py": 5.0, "tests/d.py": 50.0}, {}) == [
+        "b.py", "a.py", "d.py", "c.py", "e.py"]
+    recorded = {"tests/a.py": 90.0, "tests/b.py": 30.0, "tests/c.py": 5.0, "tests/d.py": 50.0,
+                "tests/e.py": 20.0}
+    assert order(recorded, {}) == ["b.py", "a.py", "d.py", "e.py", "c.py"]
+    assert order({**recorded, "tests/e.py": 40.0}, {}) == ["e.py", "a.py", "d.py", "b.py", "c.py"]
+    assert order(recorded, {"tests/c.py": 200.0}) == ["c.py", "a.py", "d.py", "b.py", "e.py"]
 
 
 ORDERED = {
