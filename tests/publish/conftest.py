@@ -3,7 +3,8 @@
 The registry is Debian's ``docker-registry`` (docker/distribution) serving plain HTTP on a free
 loopback port with filesystem storage in a temporary folder; the Docker engine treats
 127.0.0.0/8 as an insecure registry, so it pushes there without TLS. Nothing is pulled: the image
-chain is built locally on top of ``debian:bookworm``, which must already be in the engine. A
+chain is built locally on a shell-only base made from ``debian:bookworm`` (``SHELL_BASE``), which
+must already be in the engine. A
 missing engine, registry server or base image fails these tests (as the root ``docker_client``
 fixture does) instead of skipping them: CI and ``invoke check`` provide all three.
 """
@@ -184,24 +185,59 @@ def _build(client, dockerfile: str, tag: str) -> str:
     return image.id
 
 
-@pytest.fixture(scope="session")
-def chain(docker_client, base_image) -> Iterator[Chain]:
-    """Two small real images, the second built on the first, tagged like a stack's layers.
+# The base of the pushed test images: bash (also /bin/sh) with the libraries it loads, copied
+# from the engine's debian:bookworm into one layer of about 4 MB (the project's templates run
+# their steps with SHELL ["/bin/bash", ...]). Each test pushes to a registry of
+# its own, so the engine compresses the base layer again for every push: debian:bookworm's
+# 173 MB took dockerd 12 s of CPU per push (2026-11-28), the engine's largest cost in the suite.
+# What the push tests claim (what is sent, retried, refused, reported) does not depend on the
+# layer's size. The SBOM test reads Debian's package list, so it keeps debian:bookworm.
+SHELL_BASE = "mnp-test-shell-base:1"
+SHELL_BASE_DOCKERFILE = """\
+FROM {debian} AS debian
+RUN mkdir /shell && cp --parents /usr/bin/bash /shell \\
+ && for lib in $(ldd /usr/bin/bash | grep -o '/[^ ]*'); do cp -L --parents "$lib" /shell; done \\
+ && mkdir /shell/bin && ln -s /usr/bin/bash /shell/bin/bash && ln -s /usr/bin/bash /shell/bin/sh
+FROM scratch
+COPY --from=debian /shell/ /
+"""
 
-    The repository name is unique per session, so parallel runs do not share tags; all its tags
-    (local and registry-named) are removed at the end.
-    """
+
+@pytest.fixture(scope="session")
+def shell_base(docker_client, base_image) -> str:
+    """A base image holding only bash (``SHELL_BASE``), built from ``base_image`` (cached by the
+    engine after the first build)."""
+    _build(docker_client, SHELL_BASE_DOCKERFILE.format(debian=base_image), SHELL_BASE)
+    return SHELL_BASE
+
+
+def _chain(client, base: str) -> Iterator[Chain]:
+    """Two small real images on ``base``, the second built on the first, tagged like a stack's
+    layers. The repository name is unique per session, so parallel runs do not share tags; all
+    its tags (local and registry-named) are removed at the end."""
     repo = f"mnp-pubtest-{secrets.token_hex(3)}/chain"
     nonce = secrets.token_hex(8)  # a fresh image per session: pushes really send data
     first = f"{repo}:layer-{nonce}-a"
     second = f"{repo}:layer-{nonce}-b"
-    _build(docker_client, f"FROM {base_image}\nRUN echo {nonce} > /layer-a\n", first)
-    image_id = _build(docker_client, f"FROM {first}\nRUN echo b > /layer-b\n", second)
+    _build(client, f"FROM {base}\nRUN echo {nonce} > /layer-a\n", first)
+    image_id = _build(client, f"FROM {first}\nRUN echo b > /layer-b\n", second)
     final = f"{repo}:tinystack"
-    docker_client.images.get(second).tag(repo, "tinystack")
+    client.images.get(second).tag(repo, "tinystack")
     yield Chain(repo, [first, second], final, "tinystack", image_id)
-    for tag in local_tags(docker_client, lambda tag: repo in tag):
-        docker_client.images.remove(tag, noprune=False)
+    for tag in local_tags(client, lambda tag: repo in tag):
+        client.images.remove(tag, noprune=False)
+
+
+@pytest.fixture(scope="session")
+def chain(docker_client, shell_base) -> Iterator[Chain]:
+    """A two-layer chain on the shell-only base."""
+    yield from _chain(docker_client, shell_base)
+
+
+@pytest.fixture(scope="session")
+def debian_chain(docker_client, base_image) -> Iterator[Chain]:
+    """A two-layer chain on ``debian:bookworm``, for what reads the Debian packages."""
+    yield from _chain(docker_client, base_image)
 
 
 @pytest.fixture

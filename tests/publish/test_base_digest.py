@@ -21,10 +21,10 @@ pytestmark = pytest.mark.docker
 project_fixture = pytest.fixture(name="project")(project_files)
 
 
-def _push_base(client, ref: str, content: str) -> str:
-    """Build a one-file image on debian:bookworm, push it as ``ref``; its image ID."""
+def _push_base(client, base: str, ref: str, content: str) -> str:
+    """Build a one-file image on ``base``, push it as ``ref``; its image ID."""
     image, _ = client.images.build(
-        fileobj=io.BytesIO(f"FROM debian:bookworm\nRUN echo {content} > /base-content\n".encode()),
+        fileobj=io.BytesIO(f"FROM {base}\nRUN echo {content} > /base-content\n".encode()),
         tag=ref, rm=True, forcerm=True, pull=False)
     repository, tag = ref.rsplit(":", 1)
     for event in client.images.push(repository, tag=tag, stream=True, decode=True):
@@ -44,13 +44,13 @@ def _first_tag(matrix, project, client) -> tuple[str, str]:
     return result.chain("one")[0].tag, base.digest
 
 
-def test_repushed_base_moves_the_first_layer_tag(docker_client, project, registry, base_image):
+def test_repushed_base_moves_the_first_layer_tag(docker_client, project, registry, shell_base):
     ref = f"{registry.host}/team-{uuid.uuid4().hex[:8]}/base:1"
     stacks = project["stacks"]
     stacks.write_text(stacks.read_text().replace("image: debian:bookworm", f"image: {ref}"))
     matrix = load_matrix(stacks)
     console = Console(file=io.StringIO())
-    first_id = _push_base(docker_client, ref, f"first-{uuid.uuid4().hex}")
+    first_id = _push_base(docker_client, shell_base, ref, f"first-{uuid.uuid4().hex}")
     try:
         unresolved = _plan(matrix, project, docker_client).bases["debian-12"]
         assert (unresolved.digest, unresolved.source.split(":")[0]) == ("", "unresolved")
@@ -62,7 +62,7 @@ def test_repushed_base_moves_the_first_layer_tag(docker_client, project, registr
         assert _plan(matrix, project, docker_client).bases["debian-12"].source \
             .startswith(f"pulled: {ref.rsplit(':', 1)[0]}@sha256:")
 
-        second_id = _push_base(docker_client, ref, f"second-{uuid.uuid4().hex}")
+        second_id = _push_base(docker_client, shell_base, ref, f"second-{uuid.uuid4().hex}")
         build.ensure_bases(docker_client, matrix, ["one"], console, pull=True)
         tag2, digest2 = _first_tag(matrix, project, docker_client)
         assert digest2 == second_id != first_id

@@ -125,12 +125,16 @@ def _push_as(client, image_ref: str, remote: str) -> None:
         client.images.remove(remote)
 
 
-def test_registry_layer_is_used_only_on_its_recorded_parent(docker_client, project, registry):
+def test_registry_layer_is_used_only_on_its_recorded_parent(docker_client, project, registry,
+                                                            shell_base):
     """A layer pushed from a build on this base is pulled; one whose recorded parent (its
-    io.github.mnp-stacks.parent label) is another image is built here instead."""
+    io.github.mnp-stacks.parent label) is another image is built here instead. The project's
+    base is the shell-only one (tests/publish/conftest.py): the push sends the base layer too."""
     from matrix.image.build import remote_ref
     from tests.build_project import remove_repository
 
+    stacks = project["stacks"]
+    stacks.write_text(stacks.read_text().replace("image: debian:bookworm", f"image: {shell_base}"))
     result, _ = run_build(docker_client, project, ["one"])
     alpha = result.chain("one")[0]
     _push_as(docker_client, alpha.ref, remote_ref(alpha, registry.host))
@@ -141,11 +145,11 @@ def test_registry_layer_is_used_only_on_its_recorded_parent(docker_client, proje
     # Same content tag in the registry, but built on another parent: not used.
     stranger = f"{project['repo']}-stranger:x"
     docker_client.images.build(fileobj=io.BytesIO(
-        b"FROM debian:bookworm\nLABEL io.github.mnp-stacks.parent=sha256:0000\n"), tag=stranger,
+        f"FROM {shell_base}\nLABEL io.github.mnp-stacks.parent=sha256:0000\n".encode()), tag=stranger,
         rm=True, pull=False)
     _push_as(docker_client, stranger, remote_ref(alpha, registry.host))
     docker_client.images.remove(stranger)
     remove_repository(docker_client, project["repo"])
     _, statuses = run_build(docker_client, project, ["one"], registry=registry.host, retry=FAST)
     assert statuses[0] == ("alpha 1.0", "built")
-    assert "was built on parent sha256:0000, not on this engine's debian:bookworm" in project["log"]
+    assert f"was built on parent sha256:0000, not on this engine's {shell_base}" in project["log"]

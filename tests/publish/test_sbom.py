@@ -45,7 +45,9 @@ def test_source_built_components_carry_url_and_sha256():
     assert openmpi["externalReferences"][0]["type"] == "distribution"
 
 
-def test_push_leaves_the_sbom_beside_the_image(docker_client, chain, registry, state_dir):
+def test_push_leaves_the_sbom_beside_the_image(docker_client, debian_chain, registry,
+                                              state_dir):
+    chain = debian_chain
     record_pass(chain.image_id, chain.stack, state_dir)
     result = publish.push_stack(docker_client, chain.layer_refs, chain.final_ref, chain.stack,
                                 registry.host, "0123abc", state_dir=state_dir, log=lambda _: None)

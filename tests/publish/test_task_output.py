@@ -120,15 +120,16 @@ def _build(docker_client, dockerfile: str) -> str:
 
 
 @pytest.fixture
-def pushable(docker_client, base_image, tmp_path) -> Iterator[Pushable]:
-    """Two fresh images (a nonce in each: a push really sends data) tagged as the two
-    references ``invoke`` plans for the stack, the last also as ``repo:tiny``; untested."""
+def pushable(docker_client, shell_base, tmp_path) -> Iterator[Pushable]:
+    """Two fresh images (a nonce in each: a push really sends data) on the shell-only base
+    (tests/publish/conftest.py), tagged as the two references ``invoke`` plans for the stack,
+    the last also as ``repo:tiny``; untested."""
     repo = f"mnp-output-{secrets.token_hex(4)}"
     stacks = write_stacks(tmp_path, repo, [{"python": "3.11.2"}])
     chain = plan(load_matrix(stacks), [STACK]).chains[STACK]
     assert len(chain) == 2  # the python layer and the stack's label layer
     nonce = secrets.token_hex(8)
-    first = _build(docker_client, f"FROM {base_image}\nRUN echo {nonce} > /layer-a\n")
+    first = _build(docker_client, f"FROM {shell_base}\nRUN echo {nonce} > /layer-a\n")
     final = _build(docker_client, f"FROM {first}\nRUN echo {nonce} > /layer-b\n")
     for ref, image_id in zip(chain, (first, final)):
         docker_client.images.get(image_id).tag(*ref.rsplit(":", 1))
