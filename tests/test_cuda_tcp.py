@@ -26,6 +26,7 @@ from tests.layer_checks import apt_cache_files
 ROOT = Path(__file__).resolve().parent.parent
 STACK = "cuda13.2-tcp"
 LAYER_LIMIT = 2_000_000_000  # AWS Batch guidance: layers at or below about 2 GB
+CUDA_LAYER_TESTS = "cuda13.2-tcp layer tests"
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
@@ -35,10 +36,13 @@ def cuda_build(cuda_tcp_build):
     return cuda_tcp_build
 
 
-# A group of its own, handed out with the build's group when there is no last run: on a fresh
-# machine its worker waits for the build (one worker fewer beside the build), then tests the
-# layers while the build's worker runs the rest of this file.
-@pytest.mark.xdist_group("cuda13.2-tcp layer tests")
+# A group of its own with the declared-image tests (tests/integration/test_declared_image.py):
+# without a last run it leads, so its worker builds the stack, and the rest of this file comes
+# up later by its seconds. Four tests in the group, because xdist's loadscope scheduling queues a
+# further group on a worker only while at most two of its tests are pending
+# (xdist/scheduler/loadscope.py, _reschedule): a group queued behind the build waited the whole
+# build and ran last (the fresh run of e96afed, 2026-11-28).
+@pytest.mark.xdist_group(CUDA_LAYER_TESTS)
 def test_every_layer_test_passes(docker_client, cuda_build, tmp_path):
     outcome = testing.run_stack_tests(docker_client, cuda_build, STACK,
                                       console=Console(width=160), state=tmp_path)

@@ -17,9 +17,10 @@ from matrix.image.declared import image_facts
 from tests.conftest import CUDA_STACK
 from tests.helpers import project_matrix
 
-# In the CUDA stack's group: on a fresh machine its build takes minutes behind a lock, and a
-# worker of its own would only wait there.
-pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.xdist_group("tests/test_cuda_tcp.py")]
+# In the group of the CUDA stack's layer tests (tests/test_cuda_tcp.py says why): on a fresh
+# machine its build takes minutes behind a lock, and a worker of its own would only wait there.
+pytestmark = [pytest.mark.docker, pytest.mark.slow,
+              pytest.mark.xdist_group("cuda13.2-tcp layer tests")]
 
 ROOT = Path(__file__).resolve().parents[2]
 MATRIX = project_matrix()
