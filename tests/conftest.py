@@ -56,14 +56,15 @@ def group_of(item: pytest.Item) -> str:
     return str(mark.args[0] if mark and mark.args else file_group(item))
 
 
-# Without a last run (a clean clone, a fresh machine) one group that builds the CUDA stack goes
-# first: on a fresh machine it builds from nothing, 14 to 20 min of a 20 to 22 min suite (runs in
-# docs/measurements.md), and handed out later it ran on after every other group had finished.
-# Only one: another group that needs the build would hold a second worker waiting for the same
-# lock (822 s of a fresh run, 2026-11-28), with the groups xdist gave that worker behind it; in
-# its place by its seconds it comes up when the build is done or nearly. On a warm machine these
-# groups are short or long by their own tests.
-BUILDS_FROM_NOTHING = ("cuda_tcp_build",)
+# The group of the CUDA stack's layer tests (tests/test_cuda_tcp.py's, with the declared-image
+# tests). Without a last run (a clean clone, a fresh machine) it goes first: from nothing the build
+# takes 14 to 20 min of a 20 to 22 min suite (runs in docs/measurements.md), and then this group
+# runs every layer test of the stack, the longest work that waits for the build (80 s in the
+# fresh run of e96afed). Handed out later it ran on after every other group had finished; its
+# seconds from a warm run, with the layer tests' passes remembered, say nothing of that. Other
+# groups that need the build keep their place by their seconds: leading too, one held a second
+# worker at the build's lock (822 s of a fresh run, 2026-11-28).
+CUDA_LAYER_TESTS = "cuda13.2-tcp layer tests"
 
 
 def group_seconds() -> tuple[dict[str, float], bool]:
@@ -77,22 +78,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The groups longest first (longest-processing-time-first scheduling: the last groups to
     start are short, so no worker runs on alone at the end). A group neither run nor recorded
     counts as the longest when it holds a slow test, else as the shortest; without a last run
-    the longest group that builds the CUDA stack leads. Equals keep the order of collection (a
-    stable sort). The suite runs xdist with ``--no-loadscope-reorder`` (matrix/cli/suite.py):
-    xdist would otherwise hand out the groups with the most tests first."""
+    ``CUDA_LAYER_TESTS`` leads. Equals keep the order of collection (a stable sort). The suite
+    runs xdist with ``--no-loadscope-reorder`` (matrix/cli/suite.py): xdist would otherwise hand
+    out the groups with the most tests first."""
     seconds, had_last_run = group_seconds()
     slow = {group_of(item) for item in items if item.get_closest_marker("slow")}
 
-    def expected(group: str) -> float:
-        return seconds.get(group, math.inf if group in slow else 0.0)
-
-    builders = [group_of(item) for item in items
-                if set(BUILDS_FROM_NOTHING) & set(getattr(item, "fixturenames", ()))]
-    leader = None if had_last_run or not builders else max(builders, key=expected)
-
     def key(item: pytest.Item) -> tuple[bool, float]:
         group = group_of(item)
-        return (group != leader, -expected(group))
+        return (had_last_run or group != CUDA_LAYER_TESTS,
+                -seconds.get(group, math.inf if group in slow else 0.0))
 
     items.sort(key=key)
 

@@ -21,12 +21,12 @@ from matrix.image import testing
 from matrix.image.budget import added_steps
 from matrix.image.plan import plan
 from matrix.model.loader import load_matrix
+from tests.conftest import CUDA_LAYER_TESTS
 from tests.layer_checks import apt_cache_files
 
 ROOT = Path(__file__).resolve().parent.parent
 STACK = "cuda13.2-tcp"
 LAYER_LIMIT = 2_000_000_000  # AWS Batch guidance: layers at or below about 2 GB
-CUDA_LAYER_TESTS = "cuda13.2-tcp layer tests"
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
@@ -37,9 +37,9 @@ def cuda_build(cuda_tcp_build):
 
 
 # A group of its own with the declared-image tests (tests/integration/test_declared_image.py):
-# without a last run it leads, so its worker builds the stack, and the rest of this file comes
-# up later by its seconds. Four tests in the group, because xdist's loadscope scheduling queues a
-# further group on a worker only while at most two of its tests are pending
+# without a last run it leads (tests/conftest.py), so its worker builds the stack, and the rest of
+# this file comes up later by its seconds. Four tests in the group, because xdist's loadscope
+# scheduling queues a further group on a worker only while at most two of its tests are pending
 # (xdist/scheduler/loadscope.py, _reschedule): a group queued behind the build waited the whole
 # build and ran last (the fresh run of e96afed, 2026-11-28).
 @pytest.mark.xdist_group(CUDA_LAYER_TESTS)

@@ -224,14 +224,16 @@ class _Item:
         return self._marks.get(name)
 
 
-def test_groups_are_ordered_longest_first_and_the_cuda_build_leads_without_a_last_run(
+def test_groups_are_ordered_longest_first_and_the_cuda_layer_tests_lead_without_a_last_run(
         monkeypatch):
     """Longest first by the recorded seconds, a last run's seconds over them; a group neither
     run nor recorded is the longest when it has a slow test. Without a last run (a clean clone)
-    the longest group that builds the CUDA stack leads: on a fresh machine it builds from
-    nothing. Another group that needs the build keeps its place by its seconds, rather than
-    holding a second worker at the build's lock."""
+    the CUDA stack's layer tests lead: on a fresh machine their worker builds the stack from
+    nothing, then tests every layer. Another group that needs the build keeps its place by its
+    seconds, rather than holding a second worker at the build's lock."""
     from tests import conftest, suite_groups
+
+    monkeypatch.setattr(conftest, "CUDA_LAYER_TESTS", "tests/b.py")
 
     def order(recorded: dict[str, float], last: dict[str, float]) -> list[str]:
         monkeypatch.setattr(suite_groups, "recorded", lambda: recorded)
@@ -245,11 +247,18 @@ def test_groups_are_ordered_longest_first_and_the_cuda_build_leads_without_a_las
     assert order({}, {}) == ["b.py", "a.py", "c.py", "d.py", "e.py"]
     assert order({"tests/c.py": 5.0, "tests/d.py": 50.0}, {}) == [
         "b.py", "a.py", "d.py", "c.py", "e.py"]
-    recorded = {"tests/a.py": 90.0, "tests/b.py": 30.0, "tests/c.py": 5.0, "tests/d.py": 50.0,
+    recorded = {"tests/a.py": 90.0, "tests/b.py": 8.0, "tests/c.py": 5.0, "tests/d.py": 50.0,
                 "tests/e.py": 20.0}
     assert order(recorded, {}) == ["b.py", "a.py", "d.py", "e.py", "c.py"]
-    assert order({**recorded, "tests/e.py": 40.0}, {}) == ["e.py", "a.py", "d.py", "b.py", "c.py"]
-    assert order(recorded, {"tests/c.py": 200.0}) == ["c.py", "a.py", "d.py", "b.py", "e.py"]
+    assert order(recorded, {"tests/c.py": 200.0}) == ["c.py", "a.py", "d.py", "e.py", "b.py"]
+
+
+def test_the_leading_group_is_the_cuda_layer_tests_as_collected():
+    """tests/conftest.py's CUDA_LAYER_TESTS names the group the CUDA layer tests really carry."""
+    from tests import conftest, test_cuda_tcp
+
+    mark = test_cuda_tcp.test_every_layer_test_passes.pytestmark
+    assert [m.args[0] for m in mark if m.name == "xdist_group"] == [conftest.CUDA_LAYER_TESTS]
 
 
 ORDERED = {

@@ -14,13 +14,12 @@ from pathlib import Path
 import pytest
 
 from matrix.image.declared import image_facts
-from tests.conftest import CUDA_STACK
+from tests.conftest import CUDA_LAYER_TESTS, CUDA_STACK
 from tests.helpers import project_matrix
 
 # In the group of the CUDA stack's layer tests (tests/test_cuda_tcp.py says why): on a fresh
 # machine its build takes minutes behind a lock, and a worker of its own would only wait there.
-pytestmark = [pytest.mark.docker, pytest.mark.slow,
-              pytest.mark.xdist_group("cuda13.2-tcp layer tests")]
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.xdist_group(CUDA_LAYER_TESTS)]
 
 ROOT = Path(__file__).resolve().parents[2]
 MATRIX = project_matrix()
