@@ -99,28 +99,25 @@ def project_files(tmp_path: Path, docker_client):
 def remove_repository(client, repo: str) -> None:
     """Untag every image of ``repo``, newest first, so children go before their parents.
 
-    Only ``repo``'s own tags, local or registry-named (a layer pulled from a test registry is
-    tagged ``host:port/repo:tag``): two projects' identical layers are one cached image with both
+    Only ``repo``'s own tags: two projects' identical layers are one cached image with both
     projects' tags, and another test may be building with its tag at this moment."""
     from docker.errors import APIError
 
-    def ours(tag: str) -> bool:
-        name = tag.rsplit(":", 1)[0]
-        return name == repo or name.endswith(f"/{repo}")
-
-    for tag in local_tags(client, ours):
+    for tag in repository_tags(client, repo):
         with contextlib.suppress(APIError):
             client.images.remove(tag)
 
 
-def local_tags(client, keep) -> list[str]:
-    """The engine's tags for which ``keep(tag)`` is true, newest image first.
+def repository_tags(client, repo: str) -> list[str]:
+    """The engine's tags of ``repo``, local or registry-named (a layer pushed to or pulled from
+    a test registry is tagged ``host:port/repo:tag``), newest image first.
 
     Read from the image summaries (GET /images/json), one answer with tags and creation times.
     docker-py's ``images.list()`` inspects every image after listing, so an image that a test in
     another worker removes in between fails the whole listing with ImageNotFound."""
     summaries = sorted(client.api.images(), key=lambda summary: summary["Created"], reverse=True)
-    return [tag for summary in summaries for tag in summary.get("RepoTags") or [] if keep(tag)]
+    return [tag for summary in summaries for tag in summary.get("RepoTags") or []
+            if (name := tag.rsplit(":", 1)[0]) == repo or name.endswith(f"/{repo}")]
 
 
 def run_build(client, project, names, **kwargs):

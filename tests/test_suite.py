@@ -216,8 +216,8 @@ def test_the_suite_time_benchmark_reads_files_and_groups_from_a_real_run(tmp_pat
 class _Item:
     """What the ordering hook reads of a collected test."""
 
-    def __init__(self, nodeid: str, slow: bool = False, fixtures: tuple[str, ...] = ()) -> None:
-        self.nodeid, self.fixturenames = nodeid, list(fixtures)
+    def __init__(self, nodeid: str, slow: bool = False) -> None:
+        self.nodeid = nodeid
         self._marks = {"slow": pytest.mark.slow.mark} if slow else {}
 
     def get_closest_marker(self, name: str):
@@ -239,8 +239,8 @@ def test_groups_are_ordered_longest_first_and_the_cuda_layer_tests_lead_without_
         monkeypatch.setattr(suite_groups, "recorded", lambda: recorded)
         monkeypatch.setattr(suite_groups, "last_run", lambda: last)
         items = [_Item("tests/a.py::t", slow=True), _Item("tests/c.py::t"),
-                 _Item("tests/b.py::t", slow=True, fixtures=("docker_client", "cuda_tcp_build")),
-                 _Item("tests/d.py::t"), _Item("tests/e.py::t", fixtures=("cuda_tcp_build",))]
+                 _Item("tests/b.py::t", slow=True), _Item("tests/d.py::t"),
+                 _Item("tests/e.py::t")]
         conftest.pytest_collection_modifyitems(None, items)
         return [item.nodeid.split("::")[0].removeprefix("tests/") for item in items]
 

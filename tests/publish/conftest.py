@@ -4,9 +4,9 @@ The registry is Debian's ``docker-registry`` (docker/distribution) serving plain
 loopback port with filesystem storage in a temporary folder; the Docker engine treats
 127.0.0.0/8 as an insecure registry, so it pushes there without TLS. Nothing is pulled: the image
 chain is built locally on a shell-only base made from ``debian:bookworm`` (``SHELL_BASE``), which
-must already be in the engine. A
-missing engine, registry server or base image fails these tests (as the root ``docker_client``
-fixture does) instead of skipping them: CI and ``invoke check`` provide all three.
+must already be in the engine. A missing engine, registry server or base image fails these tests
+(as the root ``docker_client`` fixture does) instead of skipping them: CI and ``invoke check``
+provide all three.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.build_project import local_tags
+from tests.build_project import repository_tags
 
 REGISTRY_BINARY = shutil.which("docker-registry") or "/usr/bin/docker-registry"
 BASE_IMAGE = "debian:bookworm"
@@ -187,9 +187,9 @@ def _build(client, dockerfile: str, tag: str) -> str:
 
 # The base of the pushed test images: bash (also /bin/sh) with the libraries it loads, copied
 # from the engine's debian:bookworm into one layer of about 4 MB (the project's templates run
-# their steps with SHELL ["/bin/bash", ...]). Each test pushes to a registry of
-# its own, so the engine compresses the base layer again for every push: debian:bookworm's
-# 173 MB took dockerd 12 s of CPU per push (2026-11-28), the engine's largest cost in the suite.
+# their steps with SHELL ["/bin/bash", ...]). Each test pushes to a registry of its own, so the
+# engine compresses the base layer again for every push: debian:bookworm's 173 MB took dockerd
+# 12 s of CPU per push (2026-11-28), the engine's largest cost in the suite.
 # What the push tests claim (what is sent, retried, refused, reported) does not depend on the
 # layer's size. The SBOM test reads Debian's package list, so it keeps debian:bookworm.
 SHELL_BASE = "mnp-test-shell-base:1"
@@ -224,7 +224,7 @@ def _chain(client, base: str) -> Iterator[Chain]:
     final = f"{repo}:tinystack"
     client.images.get(second).tag(repo, "tinystack")
     yield Chain(repo, [first, second], final, "tinystack", image_id)
-    for tag in local_tags(client, lambda tag: repo in tag):
+    for tag in repository_tags(client, repo):
         client.images.remove(tag, noprune=False)
 
 

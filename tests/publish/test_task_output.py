@@ -30,7 +30,7 @@ import yaml
 from matrix.image.plan import plan
 from matrix.image.testrecord import DEFAULT_STATE_DIR, record_pass
 from matrix.model.loader import load_matrix
-from tests.build_project import local_tags
+from tests.build_project import repository_tags
 
 pytestmark = pytest.mark.docker
 
@@ -91,7 +91,7 @@ def forget(docker_client, repo: str, image_ids: list[str]) -> None:
     this module wrote to the project's state folder."""
     import docker.errors
 
-    for tag in local_tags(docker_client, lambda tag: repo in tag):
+    for tag in repository_tags(docker_client, repo):
         with contextlib.suppress(docker.errors.APIError):  # gone with another tag
             docker_client.images.remove(tag)
     for image_id in image_ids:
