@@ -15,7 +15,7 @@ import sys
 
 import invoke
 
-from matrix.cli import catalog, deploy, images, options, pipes, suite, usage
+from matrix.cli import catalog, deploy, images, jobtasks, options, pipes, suite, usage
 
 task = functools.partial(invoke.task, auto_shortflags=False)
 
@@ -27,22 +27,23 @@ ONE = dict(HELP, stack="a stack by name (default: default_stack of the stacks fi
 JSON = "print JSON instead of a table"
 MOUNT_HELP = ("HOST_PATH:CONTAINER_PATH[:ro], a host folder (e.g. FSx for Lustre at /fsx) at the "
               "same path on every node; repeat (default: none)")
-ATTEMPTS_HELP = ("runs of the job, 1 to 10 (default 2): infrastructure failures (exit 200, a lost "
-                 "host) are retried, a failing command never")
 
 
 @task(help={"stacks": HELP["stacks"], "json": JSON,
             "names": "print only the stack names, one a line (for shell completion)",
             "instance_types": "print only the instance table's types, one a line (completion)",
             "launchers": "print only the launcher names, one a line (completion)",
-            "values": "print only the values --OPTION takes, one a line (completion): "
-                      "scheduler, kind or rdzv (default: none, the stacks are shown)"})
+            "values": "print only the values --OPTION takes, one a line (completion), as the "
+                      "tasks declare them, e.g. --values kind (default: none, the stacks are "
+                      "shown)"})
 @options.user_errors
 def stacks(c, stacks=STACKS, json=False, names=False, instance_types=False, launchers=False,
            values=None):
     """Every stack: base, components, target instances; valid, or why not, or not buildable yet."""
     if values is not None:
-        print("\n".join(catalog.option_values(values)))
+        found = catalog.option_values(values, stacks)
+        if found:
+            print("\n".join(found))
         return
     if instance_types or launchers:
         catalog.show_names(stacks, "instance-types" if instance_types else "launchers")
@@ -151,74 +152,10 @@ def push(c, stack=None, registry=None, force=False, stacks=STACKS):
     deploy.push(stacks, stack, registry, force)
 
 
-@task(help={"stack": ONE["stack"], "nodes": "number of nodes, 1 to 10000 (required)",
-            "instance_type": "e.g. p3dn.24xlarge (required)",
-            "image_uri": "image by digest (default: the pushed digest of <repo>:<stack>, read from "
-                         "a running Docker engine)",
-            "secret_arn": "Secrets Manager ARN injected as MNP_SECRET (default: none)",
-            "execution_role_arn": "role Batch uses to read the secret (default: none)",
-            "launcher": "mpirun (default), deepspeed, torchrun, torch.distributed.launch or none",
-            "output": "write the JSON to this file (default: print it)",
-            "register": "call batch:RegisterJobDefinition",
-            "region": "AWS region for --register (default: the AWS configuration's)",
-            "profile": "AWS profile for --register (default: the AWS configuration's)",
-            "mount": MOUNT_HELP, "attempts": ATTEMPTS_HELP, "stacks": HELP["stacks"]},
-      iterable=["stack", "mount"])
-@options.user_errors
-def jobdef(c, stack=None, nodes=None, instance_type=None, image_uri=None, secret_arn=None,
-           execution_role_arn=None, launcher="mpirun", output=None, register=False,
-           region=None, profile=None, mount=None, attempts=None, stacks=STACKS):
-    """Write an AWS Batch multi-node job definition for a stack (validated with botocore):
-    invoke jobdef --stack S --nodes N --instance-type T [...] -- CMD..."""
-    deploy.jobdef(stacks, stack, nodes, instance_type, image_uri, secret_arn,
-                  execution_role_arn, launcher, output, register,
-                  options.command_after_dashdash(sys.argv, c.remainder), region, profile, mount,
-                  attempts)
-
-
-GENERATOR_HELP = {
-    "stack": ONE["stack"], "nodes": "number of nodes, 1 to 10000 (required)",
-    "instance_type": "e.g. p4d.24xlarge (required)",
-    "image_uri": "image by digest (default: the pushed digest of <repo>:<stack>, read from a "
-                 "running Docker engine)",
-    "output": "write it to this file, whole or not at all (default: print it)",
-    "mount": None, "stacks": HELP["stacks"]}
-
-
-@task(help=dict(GENERATOR_HELP, mount=MOUNT_HELP,
-                launcher="mpirun (default: one Slurm task per rank, srun --mpi=pmix), deepspeed, "
-                         "torchrun, torch.distributed.launch or none (one task per node)",
-                ranks="with --launcher mpirun, who starts the ranks: srun (default: srun "
-                      "--mpi=pmix, needs Slurm's PMIx) or mpirun (inside the allocation, from "
-                      "node 0, over the job's own SSH; one task per node)",
-                attempts="runs of the job, 1 to 10 (default 2): scontrol requeue after an "
-                         "infrastructure failure (exit 200), never after a failing command"),
-      iterable=["stack", "mount"])
-@options.user_errors
-def sbatch(c, stack=None, nodes=None, instance_type=None, image_uri=None, launcher="mpirun",
-           ranks="srun", mount=None, output=None, attempts=None, stacks=STACKS):
-    """Write a Slurm batch script (pyxis/enroot) running a stack on every node:
-    invoke sbatch --stack S --nodes N --instance-type T [--mount H:C[:ro]]... -- CMD..."""
-    deploy.sbatch(stacks, stack, nodes, instance_type, image_uri, launcher, output,
-                  options.command_after_dashdash(sys.argv, c.remainder), mount, attempts, ranks)
-
-
-@task(help=dict(GENERATOR_HELP, mount=MOUNT_HELP,
-                kind="pytorchjob, trainjob or mpijob (required)",
-                pvc="CLAIM:PATH[:ro], a persistent volume claim at PATH in every pod; repeat "
-                    "(default: none)",
-                elastic="MIN:MAX nodes of an elastic pytorchjob (c10d rendezvous; default: a "
-                        "static job of --nodes)",
-                attempts="runs of a pytorchjob or mpijob, 1 to 10 (default 2; backoffLimit is "
-                         "one less): see docs/entrypoint.md Retries"),
-      iterable=["stack", "mount", "pvc"])
-@options.user_errors
-def k8s(c, kind=None, stack=None, nodes=None, instance_type=None, image_uri=None, pvc=None,
-        mount=None, elastic=None, output=None, attempts=None, stacks=STACKS):
-    """Write a Kubeflow PyTorchJob, TrainJob or MPIJob (checked against the CRD schemas):
-    invoke k8s --kind K --stack S --nodes N --instance-type T [...] -- CMD..."""
-    deploy.k8s(stacks, stack, kind, nodes, instance_type, image_uri, elastic, output,
-               options.command_after_dashdash(sys.argv, c.remainder), mount, pvc, attempts)
+# The writers' tasks (jobdef, sbatch, k8s: one a module of matrix/jobs/ with a WRITER) and
+# explain, made from the options each declares (matrix/cli/jobtasks.py).
+for _task in jobtasks.tasks():
+    globals()[_task.name.replace(".", "_")] = _task
 
 
 @task(help={"stack": ONE["stack"], "nodes": "number of nodes (containers), default 2",
@@ -249,30 +186,12 @@ def pin(c, check=False, stacks=STACKS):
     catalog.pin(stacks, check)
 
 
-@task(help={"stack": ONE["stack"], "instance_type": "e.g. p4d.24xlarge (required)",
-            "nodes": "number of nodes (default 2)",
-            "launcher": "mpirun, deepspeed, torchrun, torch.distributed.launch or none (default: "
-                        "the scheduler's: mpirun on batch and mpijob, torchrun on the others)",
-            "scheduler": "batch (default), slurm, pytorchjob, trainjob or mpijob",
-            "rdzv": "c10d, etcd or etcd-v2: an elastic pytorchjob's rendezvous (default: none, "
-                    "a static job)",
-            "json": "print the plan as JSON", "stacks": HELP["stacks"]},
-      iterable=["stack"])
-@options.user_errors
-def explain(c, stack=None, instance_type=None, nodes="2", launcher=None, scheduler="batch",
-            rdzv=None, json=False, stacks=STACKS):
-    """The main node's plan for a stack on an instance type under a scheduler, without hardware
-    or a build: invoke explain --stack S --instance-type T --nodes N [--scheduler K] -- CMD..."""
-    deploy.explain(stacks, stack, instance_type, nodes, launcher, json,
-                   options.command_after_dashdash(sys.argv, c.remainder), scheduler, rdzv)
-
-
 # Read the command line before invoke's parser does, so that its messages ("No idea what
 # 'python3' is!") never reach a user: one line saying what to type instead, exit 2. And a
 # reader that stops early (invoke --list | head -1) ends the program quietly.
 if sys.argv and sys.argv[0].rsplit("/", 1)[-1] in ("invoke", "inv", "__main__.py", "mnp-stacks"):
     pipes.install()
     usage.check(sys.argv, usage.parser_contexts(invoke.Collection.from_module(sys.modules[__name__])),
-                with_command=("run", "explain", "jobdef", "sbatch", "k8s"),
+                with_command=jobtasks.command_tasks(),
                 core=invoke.parser.ParserContext(args=invoke.Program().core_args()
                                                  + invoke.Program().task_args()))

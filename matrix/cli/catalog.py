@@ -24,7 +24,7 @@ from matrix.cli.options import (
     pick_stacks,
     shown,
 )
-from matrix.errors import UsageError, UserError, did_you_mean
+from matrix.errors import UserError
 from matrix.model.entities import Matrix
 from matrix.model.settings import GENERATED, ROOT
 
@@ -126,31 +126,12 @@ def show_names(stacks_file: str, what: str = "stacks") -> None:
     print("\n".join(names))
 
 
-def _k8s_kinds() -> list[str]:
-    """The kinds ``invoke k8s --kind`` takes: the keys of ``KINDS`` in matrix/jobs/k8s.py, read
-    from its source (that module imports jsonschema and botocore, which a Tab must not)."""
-    import ast
+def option_values(option: str, stacks_file: str = "stacks.yaml") -> list[str]:
+    """The values ``--OPTION`` takes, from the options the tasks declare (completion: ``invoke
+    stacks --values OPTION``); none for an option that takes any value."""
+    from matrix.cli import jobtasks
 
-    from matrix.model.settings import ROOT
-
-    tree = ast.parse((ROOT / "matrix" / "jobs" / "k8s.py").read_text(encoding="utf-8"))
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["KINDS"]:
-            return list(ast.literal_eval(node.value))
-    raise UserError("matrix/jobs/k8s.py: no KINDS table to complete --kind from")
-
-
-def option_values(option: str) -> list[str]:
-    """The values ``--OPTION`` takes, from the lists the tasks check them against, for
-    completion (``invoke stacks --values scheduler``)."""
-    from matrix.jobs import explain
-
-    readers = {"scheduler": lambda: list(explain.SCHEDULERS),
-               "rdzv": lambda: list(explain.RDZV_BACKENDS), "kind": _k8s_kinds}
-    if option not in readers:
-        raise UsageError(f"--values {option}: one of {', '.join(readers)}"
-                         f"{did_you_mean(option, readers)}")
-    return readers[option]()
+    return jobtasks.option_values(option, stacks_file)
 
 
 def show_stacks(stacks_file: str, as_json: bool = False, names_only: bool = False) -> None:

@@ -45,15 +45,6 @@ def make_console(stderr: bool = False) -> Console:
 console = make_console()
 LAUNCHERS = tuple(launcher_units.NAMES)  # MNP_LAUNCHER values: the entrypoint's launcher units
 BUILD_METADATA = ROOT / ".mnp" / "build-metadata.json"
-# --nodes: the entrypoint refuses more (AWS_BATCH_JOB_NUM_NODES, entrypoint/settings/config.py), so no task
-# may accept more. AWS Batch's own default is lower, but AWS raises it on request, so above it
-# is a note, not an error: "You can have up to 1,000 nodes in a single job. This is the default
-# limit ... You can request to increase this limit." (AWS Batch User Guide, "Node groups",
-# https://docs.aws.amazon.com/batch/latest/userguide/mnp-node-groups.html).
-BATCH_DEFAULT_MAX_NODES = 1000
-BATCH_NODES_SOURCE = ("AWS Batch User Guide, \"Node groups\": "
-                      "https://docs.aws.amazon.com/batch/latest/userguide/mnp-node-groups.html")
-
 
 def user_errors(func: F) -> F:
     """Turn a :class:`UserError` into one line on stderr and its exit status (2 for a
@@ -98,16 +89,13 @@ def integer(value: Any, option: str, minimum: int | None = None) -> int:
 
 
 def nodes(value: Any, option: str = "--nodes") -> int:
-    """``--nodes`` for every task: a whole number from 1 to the entrypoint's :data:`MAX_NODES`
-    (a :class:`UsageError` otherwise); above AWS Batch's default limit a note on stderr."""
+    """``--nodes`` of a task that declares none (``invoke run``): a whole number from 1 to the
+    entrypoint's :data:`MAX_NODES` (a :class:`UsageError` otherwise). A scheduler's own limits
+    are its writer's notes (``Writer.notes``)."""
     count = integer(value, option)
     if not 1 <= count <= MAX_NODES:
         raise UsageError(f"{option} {count}: expected a whole number from 1 to {MAX_NODES} "
                          "(the entrypoint's limit)")
-    if count > BATCH_DEFAULT_MAX_NODES:
-        print(f"note: {option} {count} is above AWS Batch's default limit of "
-              f"{BATCH_DEFAULT_MAX_NODES} nodes in a job, which AWS raises on request "
-              f"({BATCH_NODES_SOURCE})", file=sys.stderr)
     return count
 
 

@@ -39,6 +39,7 @@ from matrix.model.entities import Matrix, Stack, comparable
 from matrix.model.instances import INSTANCE_TYPES, InstanceType, get_instance_type
 
 if TYPE_CHECKING:  # imported where used: listing the schedulers (tab completion) stays quick
+    from matrix.jobs.request import JobRequest
     from matrix.jobs.roles import Role
 
 # A fork's own version -> the upstream DeepSpeed release it is based on (what decides how the
@@ -56,7 +57,6 @@ PLACEHOLDER_COMMAND = ["python3", "train.py"]
 # that say so (``rank`` and ``single`` are what it finds inside a job; a new adapter module is
 # one more, with no edit here).
 SCHEDULERS = tuple(adapter.NAME for adapter in ep_schedulers.ORDER if adapter.SUBMITTED)
-RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2")  # an elastic PyTorchJob's rdzvBackend
 
 
 class ExplainError(UsageError):
@@ -201,47 +201,81 @@ def _declared_versions(stack: Stack) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def explain(matrix: Matrix, stack_name: str, instance_type: str, nodes: int,
-            launcher: str | None = "mpirun", command: list[str] | None = None,
+            launcher: str | None = None, command: list[str] | None = None,
             scheduler: str = "batch", rdzv: str | None = None) -> Explained:
-    """Every role of the job ``scheduler``'s writer generates, each with the plan its own dry run
-    prints. ``launcher=None`` leaves ``MNP_LAUNCHER`` out of what the writer wrote, so each role
-    picks its own (mpirun on Batch and for a launcher, torchrun or torch.distributed.launch on a
-    node of Slurm, a PyTorchJob or a TrainJob). ``rdzv`` (c10d, etcd, etcd-v2) makes the
-    PyTorchJob elastic, with that rendezvous backend. Raises :class:`ExplainError` for unknown
-    names or bad numbers, and :func:`matrix.jobs.spec.check_pair`'s UserError for a pair it
-    refuses."""
-    from matrix.jobs import spec, writers
+    """Every role of the job ``scheduler``'s writer generates for these values, each with the
+    plan its own dry run prints (what ``invoke explain`` prints for the same options).
+    ``launcher=None``: the writer's default, as its task writes it. Raises
+    :class:`ExplainError` for unknown names or bad numbers, and the writer's refusals."""
+    from matrix.jobs import request as rq
+    from matrix.jobs import writers
 
     _check_request(matrix, stack_name, instance_type, nodes, launcher, scheduler, rdzv)
-    stack = matrix.stacks[stack_name]
-    # the check every writer's task makes: the stack's rules as if it targeted only this type
-    spec.check_pair(stack, instance_type)
+    writer = writers.for_scheduler(scheduler)
     given = list(command or PLACEHOLDER_COMMAND)
-    derived = artefact_roles(stack, instance_type, nodes, launcher, given, scheduler, rdzv)
-    if launcher is None:
-        for role in derived:
-            role.env.pop("MNP_LAUNCHER", None)
-    sections = [role_dry_run(matrix, stack, role) for role in derived]
+    if writer is None:
+        return _adapter_explained(matrix, matrix.stacks[stack_name], instance_type, nodes,
+                                  launcher, given, scheduler, placeholder=not command)
+    typed = dict(writer.implied(scheduler), nodes=nodes, instance_type=instance_type)
+    if launcher is not None:
+        typed["launcher"] = launcher
+    if rdzv is not None:
+        if "rdzv" not in writer.task_options().names():
+            raise ExplainError(f"--rdzv {rdzv}: an elastic PyTorchJob's rendezvous; add "
+                               "--scheduler pytorchjob")
+        typed["rdzv"] = rdzv
+    values = writer.task_options().parse(typed)
+    job = rq.job_request(writer, values, given, matrix, stack_name, scheduler)
+    return explain_request(job, placeholder=not command)
+
+
+def explain_request(job: JobRequest, placeholder: bool = False) -> Explained:
+    """Every role of the artefact ``job.writer`` writes for ``job`` (read back by that writer,
+    ``Writer.roles``), each with the plan its own dry run prints. ``placeholder``: the command
+    is explain's stand-in, none was given."""
+    roles = job.writer.roles(job.render(IMAGE_URI))
+    sections = [role_dry_run(job.matrix, job.stack, role) for role in roles]
+    notes = job.writer.notes(job.nodes)
+    if placeholder:
+        notes.append(f"no command given after --: {' '.join(PLACEHOLDER_COMMAND)} shown")
+    notes += _stack_notes(job.stack, job.instance_type)
+    how = job.writer.launch_note(job.launcher, job.prepared.options)
+    header = (f"invoke explain: stack {job.stack.name} on {job.nodes} x {job.instance_type} "
+              f"under {job.scheduler}, launcher {job.launcher}{f' ({how})' if how else ''}: "
+              f"each role of what {job.writer.command_line(job.scheduler)} writes, with what "
+              f"its own dry run (MNP_DRY_RUN=1) prints. Facts from the stack's declarations and "
+              f"the instance table; only a node can probe {', '.join(NODE_ONLY)}")
+    return Explained(header, sections, notes)
+
+
+def _stack_notes(stack: Stack, instance_type: str) -> list[str]:
     notes = []
-    if not command:
-        notes.append("no command given after --: python3 train.py shown")
     floor = driver_floor(stack)
     if floor:
         notes.append("hosts need " + floor.line())
     if INSTANCE_TYPES[instance_type].notice:
         notes.append(INSTANCE_TYPES[instance_type].notice)
     if instance_type not in stack.instances:
-        notes.append(f"{instance_type} is not one of {stack_name}'s instances "
+        notes.append(f"{instance_type} is not one of {stack.name}'s instances "
                      f"({', '.join(stack.instances)}): shown as asked")
-    unit = sections[0].plan.launcher["unit"]
-    writer = writers.for_scheduler(scheduler)
-    header = (f"invoke explain: stack {stack_name} on {nodes} x {instance_type} under "
-              f"{scheduler}, launcher {unit}{' (each role picks)' if launcher is None else ''}: "
-              + (f"each role of what {writer.command_line(scheduler)} writes" if writer
-                 else "each role the adapter's example describes")
-              + ", with what its own dry run "
-              f"(MNP_DRY_RUN=1) prints. Facts from the stack's declarations and the instance "
-              f"table; only a node can probe {', '.join(NODE_ONLY)}")
+    return notes
+
+
+def _adapter_explained(matrix: Matrix, stack: Stack, instance_type: str, nodes: int,
+                       launcher: str | None, command: list[str], scheduler: str,
+                       placeholder: bool) -> Explained:
+    """A scheduler the entrypoint has an adapter for but no task writes a job for."""
+    from matrix.jobs import spec
+
+    spec.check_pair(stack, instance_type)
+    sections = [role_dry_run(matrix, stack, role) for role in
+                adapter_roles(stack, instance_type, nodes, launcher, command, scheduler)]
+    notes = [f"no command given after --: {' '.join(PLACEHOLDER_COMMAND)} shown"] \
+        if placeholder else []
+    notes += _stack_notes(stack, instance_type)
+    header = (f"invoke explain: stack {stack.name} on {nodes} x {instance_type} under "
+              f"{scheduler}, launcher {sections[0].plan.launcher['unit']}: each role the "
+              f"adapter's example describes, with what its own dry run (MNP_DRY_RUN=1) prints")
     return Explained(header, sections, notes)
 
 
@@ -250,22 +284,6 @@ NODE_ONLY = ("its address and interface", "fi_info's answer", "/dev/shm and free
              "the LC_CTYPE its python3 sets when LANG is unset (PEP 538)")
 # The image reference the writers are given: the plan never reads it.
 IMAGE_URI = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp-stacks@sha256:" + "0" * 64
-
-
-def artefact_roles(stack: Stack, instance_type: str, nodes: int, launcher: str | None,
-                   command: list[str], scheduler: str, rdzv: str | None) -> list[Role]:
-    """What ``scheduler``'s writer generates for the job, read back role by role by that writer
-    (``Writer.roles``). ``launcher=None``: the launcher the writer writes by default."""
-    from matrix.jobs import writers
-    from matrix.jobs.spec import JobSpec
-
-    writer = writers.for_scheduler(scheduler)
-    if writer is None:
-        return adapter_roles(stack, instance_type, nodes, launcher, command, scheduler)
-    variant = writer.explained(scheduler, launcher, rdzv)
-    job = JobSpec.of(stack, instance_type, nodes, IMAGE_URI, variant.launcher, command,
-                     elastic=(nodes, nodes) if variant.elastic else None)
-    return writer.roles(writer.render(job, variant.options))
 
 
 def adapter_roles(stack: Stack, instance_type: str, nodes: int, launcher: str | None,
@@ -347,9 +365,6 @@ def _check_request(matrix: Matrix, stack_name: str, instance_type: str, nodes: i
     """Refuse an unknown name or a bad number with an :class:`ExplainError` naming the option."""
     if scheduler not in SCHEDULERS:
         raise ExplainError(f"--scheduler {scheduler!r} is not one of {', '.join(SCHEDULERS)}")
-    if rdzv is not None and (scheduler != "pytorchjob" or rdzv not in RDZV_BACKENDS):
-        raise ExplainError(f"--rdzv {rdzv!r}: an elastic PyTorchJob's backend, one of "
-                           f"{', '.join(RDZV_BACKENDS)}, with --scheduler pytorchjob")
 
     if stack_name not in matrix.stacks:
         raise ExplainError(f"--stack {stack_name!r} is not in {matrix.path} "

@@ -24,9 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from entrypoint.core.errors import INFRASTRUCTURE_EXIT
 from entrypoint.launchers import NAMES as LAUNCHER_NAMES
-from matrix.errors import UserError
+from entrypoint.launchers import UNITS, command_unit
+from matrix.errors import UsageError, UserError
 from matrix.jobs.mounts import Mount, batch_volumes
 from matrix.jobs.roles import Devices, Role
+from matrix.jobs.runopts import Option, RunOpts
 from matrix.jobs.spec import (
     DEFAULT_ATTEMPTS,
     DEFAULT_WAIT_TIMEOUT_S,
@@ -36,6 +38,7 @@ from matrix.jobs.spec import (
     batch_tags,
     check_fabric,
     check_launcher,
+    check_launcher_command,
     check_nodes,
     check_pair,
     check_pinned,
@@ -43,7 +46,7 @@ from matrix.jobs.spec import (
     is_pinned,
     mnp_environment,
 )
-from matrix.jobs.writer import Variant, Writer
+from matrix.jobs.writer import Prepared, Variant, Writer
 from matrix.model.entities import Stack
 from matrix.model.instances import InstanceType, get_instance_type, job_memory_mib
 
@@ -78,10 +81,10 @@ def pin_image(image_uri: str, client: Any = None, auth_config: dict | None = Non
     """
     if is_pinned(image_uri):
         return image_uri
-    if client is None:
-        raise UserError(
+    if client is None:  # as typed on the command line: a usage mistake (exit 2)
+        raise UsageError(
             f"--image-uri {image_uri!r} has no digest; give it as repo@sha256:<digest> "
-            "or let the tool resolve the tag from the registry"
+            "(the digest `invoke push` printed)"
         )
     import docker.errors
     from docker.utils import parse_repository_tag
@@ -261,7 +264,7 @@ def _add_secret_and_roles(container: dict[str, Any], secret_arn: str | None,
     if secret_arn:
         container["secrets"] = [{"name": SECRET_ENV_NAME, "valueFrom": _check_secret(secret_arn)}]
         if not execution_role_arn:
-            raise UserError(
+            raise UsageError(
                 "--secret-arn needs --execution-role-arn: Batch reads secrets with the "
                 "job's execution role"
             )
@@ -300,14 +303,14 @@ def definition_for_stack(stack: Stack, nodes: int, instance_type: str, image_uri
 def _check_secret(arn: str) -> str:
     """``arn`` if it looks like a Secrets Manager / SSM parameter ARN, else a UserError."""
     if not _SECRET_ARN.match(arn):
-        raise UserError(f"--secret-arn {arn!r} is not a Secrets Manager or SSM parameter ARN")
+        raise UsageError(f"--secret-arn {arn!r} is not a Secrets Manager or SSM parameter ARN")
     return arn
 
 
 def _check_role(arn: str, flag: str) -> str:
     """``arn`` if it looks like an IAM role ARN, else a UserError naming ``flag``."""
     if not _ROLE_ARN.match(arn):
-        raise UserError(f"{flag} {arn!r} is not an IAM role ARN (arn:aws:iam::<account>:role/...)")
+        raise UsageError(f"{flag} {arn!r} is not an IAM role ARN (arn:aws:iam::<account>:role/...)")
     return arn
 
 
@@ -472,26 +475,95 @@ def _node_range(ranges: list[Mapping[str, Any]], index: int, count: int) -> Mapp
 
 # -- the writer -------------------------------------------------------------------------------------
 
+# AWS Batch's own default is lower than the entrypoint's node limit, but AWS raises it on
+# request, so above it is a note, not an error: "You can have up to 1,000 nodes in a single job.
+# This is the default limit ... You can request to increase this limit." (AWS Batch User Guide,
+# "Node groups", https://docs.aws.amazon.com/batch/latest/userguide/mnp-node-groups.html).
+BATCH_DEFAULT_MAX_NODES = 1000
+BATCH_NODES_SOURCE = ("AWS Batch User Guide, \"Node groups\": "
+                      "https://docs.aws.amazon.com/batch/latest/userguide/mnp-node-groups.html")
+
+BATCH_OPTIONS = RunOpts((
+    Option("launcher", "the launcher the main node runs (MNP_LAUNCHER); none runs the command "
+           "itself on the main node, with SSH to the others ready", choices=tuple(LAUNCHER_NAMES),
+           default="mpirun", example="mpirun", what="launcher"),
+    Option("attempts", "runs of the job, a retryStrategy: infrastructure failures (exit 200, a "
+           "terminated host) are retried, a failing command never", kind=int,
+           default=DEFAULT_ATTEMPTS, minimum=1, maximum=MAX_ATTEMPTS, example="2"),
+    Option("secret_arn", "Secrets Manager or SSM parameter ARN given to every node as MNP_SECRET",
+           example="arn:aws:secretsmanager:..."),
+    Option("execution_role_arn", "the IAM role Batch reads the secret with",
+           example="arn:aws:iam::123456789012:role/NAME"),
+    Option("register", "call batch:RegisterJobDefinition with it", kind=bool, action=True),
+    Option("region", "AWS region for --register", default_text="the AWS configuration's",
+           example="us-east-1", action=True),
+    Option("profile", "AWS profile for --register", default_text="the AWS configuration's",
+           example="default", action=True),
+))
+
+
 class BatchWriter(Writer):
     """AWS Batch multi-node parallel jobs: ``invoke jobdef``."""
 
     task = "jobdef"
+    summary = "AWS Batch multi-node job definition of a stack, checked with botocore"
+    file_name = "jobdef.json"
     scheduler_name = "AWS Batch"
     schedulers = ("batch",)
     what = "the job definition's command"
+
+    def run_options(self) -> RunOpts:
+        return BATCH_OPTIONS
+
+    def prepare(self, values: dict[str, Any]) -> Prepared:
+        """The secret and roles checked as Batch takes them (a secret needs the role that reads
+        it), before anything else is looked at."""
+        secret, role = values.get("secret_arn"), values.get("execution_role_arn")
+        if secret:
+            _check_secret(secret)
+            if not role:
+                raise UsageError("--secret-arn needs --execution-role-arn: Batch reads secrets "
+                                 "with the job's execution role")
+        if role:
+            _check_role(role, "--execution-role-arn")
+        return Prepared(values["launcher"], BatchOptions(secret, role), values["attempts"])
+
+    def action(self, values: dict[str, Any]) -> Any:
+        """``--register``: batch:RegisterJobDefinition, with a session made before writing."""
+        if not values.get("register"):
+            return None
+        client = batch_client_for(values.get("region"), values.get("profile"))
+
+        def register(definition: dict[str, Any]) -> str:
+            answer = register_job_definition(definition, client)
+            return f"registered {answer.get('jobDefinitionArn', '?')}"
+
+        return register
+
+    def notes(self, nodes: int) -> list[str]:
+        if nodes > BATCH_DEFAULT_MAX_NODES:
+            return [f"--nodes {nodes} is above AWS Batch's default limit of "
+                    f"{BATCH_DEFAULT_MAX_NODES} nodes in a job, which AWS raises on request "
+                    f"({BATCH_NODES_SOURCE})"]
+        return []
 
     def variants(self) -> tuple[Variant, ...]:
         """Every launcher unit: Batch starts one entrypoint per node, the main node launches."""
         return tuple(Variant(name, name, BatchOptions(), "batch")
                      for name in LAUNCHER_NAMES)
 
-    def explained(self, scheduler: str, launcher: str | None, rdzv: str | None) -> Variant:
-        """mpirun unless another launcher is asked for (``MNP_LAUNCHER``'s default)."""
-        chosen = launcher or "mpirun"
-        return Variant(chosen, chosen, BatchOptions(), "batch")
-
     def check(self, launcher: str, nodes: int, command: Sequence[str], options: Any) -> None:
-        """Nothing of its own: every node takes every launcher."""
+        """A command that is itself a launcher under another: the main node would nest them.
+        ``--launcher none`` runs it as is on the main node (with the hostfile and SSH ready for
+        a launcher that reaches the hosts; one that does not would run there alone)."""
+        unit = command_unit(list(command))
+        as_is = (", or --launcher none to run the command as is on the main node, with the "
+                 "job's hostfile and SSH ready" if unit is None or UNITS[unit].reaches_hosts
+                 else "")
+        check_launcher_command(
+            launcher, command, f"under AWS Batch the main node would start {launcher} around it",
+            f"give the program alone (e.g. -- python3 train.py) with --launcher "
+            f"{unit or launcher}{as_is}")
 
     def render(self, spec: JobSpec, options: Any = None) -> dict[str, Any]:
         if spec.elastic is not None:

@@ -44,27 +44,31 @@ from typing import Any
 
 import yaml
 
+from entrypoint import launchers
 from entrypoint.schedulers import pytorchjob as pytorchjob_adapter
 from matrix.errors import UsageError
 from matrix.jobs import crds
 from matrix.jobs.mounts import Claim, Mount, k8s_volumes
 from matrix.jobs.roles import Devices, Role
+from matrix.jobs.runopts import Option, RunOpts
 from matrix.jobs.spec import (
     DEFAULT_ATTEMPTS,
     DEFAULT_WAIT_TIMEOUT_S,
+    MAX_ATTEMPTS,
     NOTICE_ANNOTATION,
     JobSpec,
     annotation,
     check_attempts,
     check_elastic,
     check_has_command,
+    check_launcher_command,
     check_nodes,
     check_pinned,
     comment_lines,
     effective_fabric,
     mnp_environment,
 )
-from matrix.jobs.writer import Variant, Writer
+from matrix.jobs.writer import Prepared, Variant, Writer
 from matrix.model.instances import InstanceType, get_instance_type
 
 KINDS = {"pytorchjob": "PyTorchJob", "trainjob": "TrainJob", "mpijob": "MPIJob"}
@@ -191,6 +195,7 @@ class Job:
     fabric: str
     mounts: tuple[Mount, ...] = ()
     claims: tuple[Claim, ...] = ()
+    namespace: str | None = None
 
 
 def job_name(stack: str) -> str:
@@ -282,8 +287,12 @@ def _pod(container: dict[str, Any], job: Job, node: bool = True) -> dict[str, An
 
 
 def _metadata(job: Job) -> dict[str, Any]:
-    return {"name": job.name, "labels": {"mnp-stacks/stack": job.stack,
-                                         "mnp-stacks/instance-type": job.instance.name}}
+    metadata: dict[str, Any] = {"name": job.name}
+    if job.namespace:
+        metadata["namespace"] = job.namespace
+    metadata["labels"] = {"mnp-stacks/stack": job.stack,
+                          "mnp-stacks/instance-type": job.instance.name}
+    return metadata
 
 
 def pytorchjob(job: Job, elastic: tuple[int, int] | None,
@@ -416,11 +425,12 @@ def _manifest(kind: str, stack: str, nodes: int, instance: InstanceType, image_u
               command: Sequence[str], variables: Mapping[str, str], fabric: str,
               mounts: Sequence[Mount], claims: Sequence[Claim],
               elastic: tuple[int, int] | None, attempts: int,
-              notices: Sequence[str]) -> dict[str, Any]:
+              notices: Sequence[str], name: str | None = None,
+              namespace: str | None = None) -> dict[str, Any]:
     """The manifest from checked parts (a :class:`JobSpec`'s), validated against its CRD."""
-    job = Job(job_name(stack), stack, nodes, instance, image_uri, list(command),
+    job = Job(name or job_name(stack), stack, nodes, instance, image_uri, list(command),
               [{"name": k, "value": k8s_literal(v)} for k, v in sorted(variables.items())],
-              fabric, tuple(mounts), tuple(claims))
+              fabric, tuple(mounts), tuple(claims), namespace)
     if kind == "pytorchjob":
         manifest = pytorchjob(job, elastic, attempts)
     elif kind == "trainjob":
@@ -470,8 +480,10 @@ TRAINJOB_PORT = "29500"
 MPI_HOSTFILE = "/etc/mpi/hostfile"  # where the MPI operator mounts the job's ConfigMap
 
 
-def k8s_roles(manifest: Mapping[str, Any], namespace: str = "default") -> list[Role]:
-    """Each replica type's first pod (and an MPIJob's launcher)."""
+def k8s_roles(manifest: Mapping[str, Any], namespace: str | None = None) -> list[Role]:
+    """Each replica type's first pod (and an MPIJob's launcher), in the manifest's namespace
+    (kubectl's default namespace, ``default``, when it names none)."""
+    namespace = namespace or manifest["metadata"].get("namespace") or "default"
     kind = manifest["kind"]
     if kind == "PyTorchJob":
         return _pytorchjob_roles(manifest)
@@ -591,12 +603,58 @@ def _mpijob_roles(manifest: Mapping[str, Any], namespace: str) -> list[Role]:
 
 @dataclass(frozen=True)
 class KubeflowOptions:
-    """What a Kubeflow manifest takes besides the :class:`JobSpec`: its ``kind`` (:data:`KINDS`)
-    and, for ``invoke explain --rdzv`` only, an elastic PyTorchJob's rendezvous backend other
-    than the c10d the task writes."""
+    """What a Kubeflow manifest takes besides the :class:`JobSpec`: its ``kind`` (:data:`KINDS`),
+    an elastic PyTorchJob's rendezvous backend other than c10d (``--rdzv``), and the job's name
+    and namespace (default :func:`job_name`, and none: kubectl's current namespace)."""
 
     kind: str = "pytorchjob"
     rdzv: str | None = None
+    name: str | None = None
+    namespace: str | None = None
+
+
+RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2")  # an elastic PyTorchJob's rdzvBackend
+# Object names: the job's pods are <name>-worker-<i> (a DNS label, at most 63 characters, RFC 1123
+# label names: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/
+# #dns-label-names), so a job name is kept to 40; a namespace is a DNS label too.
+NAME_MAX = 40
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+ATTEMPTS_HELP = ("runs of a pytorchjob: 1 gives restartPolicy Never, N > 1 OnFailure with "
+                 "backoffLimit (N-1) x pods + 1, every failure alike (docs/entrypoint.md "
+                 "Retries); a trainjob or mpijob takes only 1 (its operator cannot tell a lost "
+                 "node from a bug)")
+
+KUBEFLOW_OPTIONS = RunOpts((
+    Option("kind", "the Kubeflow job: pytorchjob, trainjob or mpijob", required=True,
+           choices=tuple(KINDS), example="pytorchjob", what="kind"),
+    Option("launcher", "the launcher every pod is told (MNP_LAUNCHER); none runs the command as "
+           "is with the operator's variables", choices=tuple(launchers.NAMES),
+           default_text="the kind's: torchrun for pytorchjob and trainjob, mpirun for mpijob",
+           example="torchrun", what="launcher"),
+    Option("attempts", ATTEMPTS_HELP, kind=int, minimum=1, maximum=MAX_ATTEMPTS,
+           default_text=f"{DEFAULT_ATTEMPTS} for a pytorchjob, else 1", example="2"),
+    Option("pvc", "CLAIM:PATH[:ro], a persistent volume claim at PATH in every pod; repeat",
+           repeatable=True, example="fsx-pvc:/fsx"),
+    Option("elastic", "MIN:MAX nodes of an elastic pytorchjob (--nodes pods start)",
+           default_text="a static job of --nodes", example="2:4"),
+    Option("rdzv", "an elastic pytorchjob's rendezvous backend: c10d, or etcd/etcd-v2 at the "
+           "server you run (makes the job elastic, --elastic default NODES:NODES)",
+           choices=RDZV_BACKENDS, default_text="c10d with --elastic", example="c10d",
+           what="rendezvous backend"),
+    Option("name", f"the job's name, a DNS label of at most {NAME_MAX} characters",
+           default_text="mnp-<stack>", example="mnp-train"),
+    Option("namespace", "the job's namespace", default_text="kubectl's current one",
+           example="training"),
+))
+
+
+def _label(value: str | None, option: str, limit: int) -> str | None:
+    """``value`` when it is a DNS label within ``limit`` characters, else one line."""
+    if value is not None and (len(value) > limit or not _LABEL.match(value)):
+        raise UsageError(f"{option} {value!r}: expected a DNS label (lower-case letters, digits "
+                         f"and '-', starting and ending with a letter or digit) of at most "
+                         f"{limit} characters")
+    return value
 
 
 def with_rdzv_backend(manifest: dict[str, Any], backend: str, nodes: int) -> dict[str, Any]:
@@ -616,9 +674,36 @@ class KubeflowWriter(Writer):
     """Kubeflow PyTorchJob (static or elastic), TrainJob and MPIJob manifests: ``invoke k8s``."""
 
     task = "k8s"
+    summary = "Kubeflow PyTorchJob, TrainJob or MPIJob manifest, checked against the CRDs"
+    file_name = "job.yaml"
     scheduler_name = "Kubernetes"
     schedulers = tuple(KINDS)
     what = "every pod's args"
+
+    def run_options(self) -> RunOpts:
+        return KUBEFLOW_OPTIONS
+
+    def implied(self, scheduler: str) -> dict[str, Any]:
+        return {"kind": scheduler}
+
+    def prepare(self, values: dict[str, Any]) -> Prepared:
+        kind, nodes, attempts = values["kind"], values["nodes"], values["attempts"]
+        if kind != "pytorchjob" and attempts is not None and attempts > 1:
+            raise UsageError(f"--attempts {attempts}: a {kind} cannot retry by exit code (its "
+                             "operator retries every failure alike; docs/entrypoint.md "
+                             "Retries): give 1 or leave it out")
+        for option in ("elastic", "rdzv"):
+            if values[option] is not None and kind != "pytorchjob":
+                raise UsageError(f"--{option} {values[option]}: only --kind pytorchjob has "
+                                 "elastic bounds")
+        bounds = parse_elastic(values["elastic"], nodes)
+        if bounds is None and values["rdzv"] is not None:
+            bounds = (nodes, nodes)
+        rdzv = values["rdzv"] if values["rdzv"] != "c10d" else None
+        options = KubeflowOptions(kind, rdzv, _label(values["name"], "--name", NAME_MAX),
+                                  _label(values["namespace"], "--namespace", 63))
+        runs = (attempts or DEFAULT_ATTEMPTS) if kind == "pytorchjob" else 1
+        return Prepared(values["launcher"] or LAUNCHER[kind], options, runs, bounds)
 
     def variants(self) -> tuple[Variant, ...]:
         """Every kind with its own launcher unit, and the elastic PyTorchJob."""
@@ -627,17 +712,20 @@ class KubeflowWriter(Writer):
                                 KubeflowOptions("pytorchjob"), "pytorchjob", elastic=True))
         return tuple(found)
 
-    def explained(self, scheduler: str, launcher: str | None, rdzv: str | None) -> Variant:
-        """The kind ``scheduler`` names, every pod told ``launcher`` (default the kind's own);
-        ``rdzv`` makes the PyTorchJob elastic with that backend."""
-        return Variant(scheduler, launcher or LAUNCHER[scheduler],
-                       KubeflowOptions(scheduler, rdzv), scheduler, elastic=rdzv is not None)
-
-    def command_line(self, scheduler: str) -> str:
-        return f"invoke {self.task} --kind {scheduler}"
-
     def check(self, launcher: str, nodes: int, command: Sequence[str], options: Any) -> None:
-        check_kind((options or KubeflowOptions()).kind, None)
+        """A command that is itself a launcher under another: each pod's entrypoint would nest
+        them; ``--launcher none`` runs it as is with the operator's variables (torchrun reads
+        the PET_* ones, an MPIJob launcher's mpirun the operator's hostfile)."""
+        kind = (options or KubeflowOptions()).kind
+        check_kind(kind, None)
+        unit = launchers.command_unit(list(command))
+        article = "an" if kind == "mpijob" else "a"
+        check_launcher_command(
+            launcher, command, f"under {article} {KINDS[kind]} with --launcher {launcher}, "
+            f"{'the launcher pod' if kind == 'mpijob' else 'every pod'}'s entrypoint would start "
+            f"{launcher} around it", f"give the program alone (e.g. -- python3 train.py) with "
+            f"--launcher {unit or launcher}, or --launcher none to run the command as is with the "
+            "operator's variables")
 
     def render(self, spec: JobSpec, options: Any = None) -> dict[str, Any]:
         options = options or KubeflowOptions()
@@ -645,7 +733,7 @@ class KubeflowWriter(Writer):
         manifest = _manifest(options.kind, spec.stack.name, spec.nodes, spec.instance,
                              spec.image_uri, spec.command, spec.environment(),
                              spec.effective_fabric, spec.mounts, spec.claims, spec.elastic,
-                             spec.attempts, spec.notices)
+                             spec.attempts, spec.notices, options.name, options.namespace)
         if options.rdzv:
             with_rdzv_backend(manifest, options.rdzv, spec.nodes)
         return manifest

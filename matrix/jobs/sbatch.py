@@ -89,26 +89,34 @@ from entrypoint.core.errors import INFRASTRUCTURE_EXIT
 from matrix.errors import UsageError, UserError
 from matrix.jobs.mounts import Mount, pyxis_mounts
 from matrix.jobs.roles import Devices, Role
+from matrix.jobs.runopts import Option, RunOpts
 from matrix.jobs.spec import (
     DEFAULT_ATTEMPTS,
     DEFAULT_WAIT_TIMEOUT_S,
+    MAX_ATTEMPTS,
     JobSpec,
     check_has_command,
+    check_launcher_command,
     check_nodes,
     comment_lines,
     is_pinned,
     mnp_environment,
 )
-from matrix.jobs.writer import Variant, Writer
+from matrix.jobs.writer import Prepared, Variant, Writer
 from matrix.model.instances import InstanceType, get_instance_type
 
 # The launchers whose ranks Slurm can start itself (``ranks="srun"``); the others run once per node.
 PER_RANK = ("mpirun",)
 # Who starts the ranks of an mpirun job: srun (every task a rank) or mpirun from node 0.
 RANKS = ("srun", "mpirun")
-# Launchers that reach the other nodes over SSH from node 0: under a Slurm step the entrypoints
-# wire the nodes themselves (entrypoint/settings/wiring.py), which wants a secret per job.
-WIRED_BY_ENTRYPOINT = ("mpirun", "deepspeed")
+
+
+def wired_by_entrypoint(launcher: str) -> bool:
+    """Whether ``launcher`` reaches the other nodes over SSH from node 0 (its unit declares
+    ``needs_ssh``) and runs on node 0 alone: under a Slurm step the entrypoints then wire the
+    nodes themselves (entrypoint/settings/wiring.py), which wants a secret per job. ``none``
+    needs SSH on Batch's main node, but under Slurm every task runs the command itself."""
+    return launchers.UNITS[launcher].needs_ssh and launcher != launchers.AS_IS
 # 32 random bytes as hex, made on the batch host for the step's rendezvous (od and tr: coreutils).
 # A plain assignment, not `export NAME="$(...)"`, whose status is export's own (0) whatever the
 # substitution did: set -e then stops the script when od fails, and the length check when it gives
@@ -160,11 +168,13 @@ def layout(instance: InstanceType, launcher: str, ranks: str = "srun") -> Layout
     check_ranks(launcher, ranks)
     if launcher in PER_RANK and ranks == "srun":
         return Layout(instance.slots_per_node(), True)
-    return Layout(1, False, launcher in WIRED_BY_ENTRYPOINT)
+    return Layout(1, False, wired_by_entrypoint(launcher))
 
 
-def check_command(launcher: str, nodes: int, command: Sequence[str]) -> None:
-    """Refuse ``--launcher none`` with a command that is itself a launcher on more than one node.
+def check_command(launcher: str, nodes: int, command: Sequence[str], ranks: str = "srun") -> None:
+    """Refuse a command that is itself a launcher where the script would start another around
+    it (:func:`~matrix.jobs.spec.check_launcher_command`), and ``--launcher none`` with such a
+    command on more than one node.
 
     Under Slurm ``none`` means one thing: every task (one per node) runs the command itself, with
     Slurm's variables and the job's ``MNP_*`` settings; Slurm is its launcher. A command that is a
@@ -172,15 +182,19 @@ def check_command(launcher: str, nodes: int, command: Sequence[str]) -> None:
     alone, with no hostfile, SSH or secret: as many separate jobs as nodes. The entrypoint's plan
     refuses it too (``entrypoint/plan/roles.py``); here it is said in the writer's own words."""
     own = launchers.launcher_command(list(command))
-    if launcher != launchers.AS_IS or nodes < 2 or not own:
-        return
     unit = launchers.command_unit(list(command)) or PER_RANK[0]
     how = (f"--launcher {unit} --ranks mpirun (node 0 runs mpirun over the job's own SSH, the "
            "other nodes serve it) or --launcher mpirun (every task a rank)" if unit in PER_RANK
            else f"--launcher {unit} (" + ("node 0 runs it over the job's own SSH, the other nodes "
-                                          "serve it)" if unit in WIRED_BY_ENTRYPOINT else
+                                          "serve it)" if wired_by_entrypoint(unit) else
                                           "every node runs it with its node rank)"))
-    raise UserError(f"--launcher none with a command that starts {own} itself: under Slurm every "
+    wraps = ("srun starts one task a rank and every task would run it" if launcher in PER_RANK
+             and ranks == RANKS[0] else f"node 0's entrypoint would start {launcher} around it")
+    check_launcher_command(launcher, command, f"under Slurm with --launcher {launcher}, {wraps}",
+                           f"give the program alone (e.g. -- python3 train.py) with {how}")
+    if launcher != launchers.AS_IS or nodes < 2 or not own:
+        return
+    raise UsageError(f"--launcher none with a command that starts {own} itself: under Slurm every "
                     f"task runs the command as is, so {nodes} nodes would each start {own} alone "
                     f"(no hostfile, SSH or secret); give the program alone with {how}")
 
@@ -195,7 +209,7 @@ def enroot_image(image_uri: str) -> str:
     after the host would be read as part of the image.
     """
     if not is_pinned(image_uri):
-        raise UserError(f"--image-uri {image_uri!r} must name the image by digest (@sha256:...)")
+        raise UsageError(f"--image-uri {image_uri!r} must name the image by digest (@sha256:...)")
     repo, digest = image_uri.split("@", 1)
     first, _, rest = repo.partition("/")
     if rest and _REGISTRY.match(first):
@@ -403,13 +417,44 @@ def plan_scheduler(launcher: str, ranks: str) -> str:
     return "batch" if launcher in PER_RANK and ranks == RANKS[0] else "slurm"
 
 
+SLURM_OPTIONS = RunOpts((
+    Option("launcher", "what each task runs: mpirun (one task per rank), deepspeed, torchrun, "
+           "torch.distributed.launch (one task per node) or none (every task runs the command "
+           "itself)", choices=tuple(launchers.NAMES), default="mpirun", example="mpirun",
+           what="launcher"),
+    Option("ranks", "with --launcher mpirun, who starts the ranks: srun (srun --mpi=pmix, needs "
+           "Slurm's PMIx) or mpirun (from node 0 over the job's own SSH, one task per node)",
+           choices=RANKS, default=RANKS[0], example="srun", what="rank starter"),
+    Option("attempts", "runs of the job: scontrol requeue after an infrastructure failure (exit "
+           "200), never after a failing command", kind=int, default=DEFAULT_ATTEMPTS, minimum=1,
+           maximum=MAX_ATTEMPTS, example="2"),
+))
+
+
 class SlurmWriter(Writer):
     """Slurm batch scripts through pyxis and enroot: ``invoke sbatch``."""
 
     task = "sbatch"
+    summary = "Slurm batch script (pyxis/enroot, ParallelCluster) running a stack on every node"
+    file_name = "job.sbatch"
     scheduler_name = "Slurm"
     schedulers = ("slurm",)
     what = "the srun line's command"
+
+    def run_options(self) -> RunOpts:
+        return SLURM_OPTIONS
+
+    def prepare(self, values: dict[str, Any]) -> Prepared:
+        check_ranks(values["launcher"], values["ranks"])
+        return Prepared(values["launcher"], SlurmOptions(values["ranks"]), values["attempts"])
+
+    def launch_note(self, launcher: str, options: Any) -> str:
+        ranks = (options or SlurmOptions()).ranks
+        if launcher in PER_RANK and ranks == RANKS[0]:
+            return "srun --mpi=pmix starts every rank, one task each, and runs the command"
+        if launcher in PER_RANK or wired_by_entrypoint(launcher):
+            return f"one task a node; node 0 runs {launcher} over the job's own SSH"
+        return "one task a node"
 
     def variants(self) -> tuple[Variant, ...]:
         """Every launcher with srun starting the tasks, and mpirun starting its ranks itself."""
@@ -419,17 +464,12 @@ class SlurmWriter(Writer):
                           plan_scheduler(name, "mpirun")) for name in PER_RANK]
         return tuple(found)
 
-    def explained(self, scheduler: str, launcher: str | None, rdzv: str | None) -> Variant:
-        """No launcher: one task per node (any launcher but a per-rank one), each picks its
-        own; torchrun is written."""
-        chosen = launcher or "torchrun"
-        return Variant(chosen, chosen, SlurmOptions(), scheduler)
-
     def check(self, launcher: str, nodes: int, command: Sequence[str], options: Any) -> None:
         """A launcher run unwired on every node (:func:`check_command`), ``--ranks`` for a
         launcher that runs one task per node (:func:`layout`)."""
-        check_ranks(launcher, (options or SlurmOptions()).ranks)
-        check_command(launcher, nodes, command)
+        ranks = (options or SlurmOptions()).ranks
+        check_ranks(launcher, ranks)
+        check_command(launcher, nodes, command, ranks)
 
     def render(self, spec: JobSpec, options: Any = None) -> str:
         options = options or SlurmOptions()

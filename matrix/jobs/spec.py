@@ -23,11 +23,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from entrypoint.core.limits import MAX_NODES
+from entrypoint.launchers import AS_IS, launcher_command
 from entrypoint.launchers import NAMES as LAUNCHERS
 from matrix.errors import UsageError, UserError
 from matrix.jobs.mounts import Claim, Mount
+from matrix.jobs.runopts import Option, RunOpts
 from matrix.model.entities import Stack
-from matrix.model.instances import InstanceType, get_instance_type
+from matrix.model.instances import INSTANCE_TYPES, InstanceType, get_instance_type
 from matrix.model.rules import blocking, check_stack
 
 DEFAULT_WAIT_TIMEOUT_S = 600
@@ -42,6 +44,47 @@ NOTICE_ANNOTATION = "mnp-stacks/notices"
 NOTICE_TAG = "mnp:notice"
 # Batch tag values are at most 256 characters (API_RegisterJobDefinition.html, "tags").
 BATCH_TAG_MAX = 256
+
+
+
+def stack_names(stacks_file: str) -> list[str]:
+    """The stacks of ``stacks_file`` read with PyYAML alone (shell completion's values for
+    ``--stack``: no schema or rule check); [] when it cannot be read (the task says why)."""
+    import yaml
+
+    try:
+        with open(stacks_file, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+        return list((data or {}).get("stacks") or {})
+    except (OSError, ValueError, AttributeError, TypeError, yaml.YAMLError):
+        return []
+
+
+MOUNT_HELP = ("HOST_PATH:CONTAINER_PATH[:ro], a host folder (e.g. FSx for Lustre at /fsx) at the "
+              "same path on every node; repeat")
+# What every writer's task takes: the job itself (``JobSpec``'s fields as typed) and the stacks
+# file. A writer adds its own (``Writer.run_options``) and may replace one of these with its own
+# help or default (its launcher's default, what its attempts mean).
+JOB_OPTIONS = RunOpts((
+    Option("stack", "a stack by name", repeatable=True, choices=stack_names, example="cpu-tcp",
+           default_text="default_stack of the stacks file", checked=False),
+    Option("nodes", "number of nodes", kind=int, required=True, minimum=1, maximum=MAX_NODES,
+           example="2", bound_reason="the entrypoint's limit"),
+    Option("instance_type", "the EC2 instance type of every node", required=True,
+           choices=tuple(INSTANCE_TYPES), example="c5n.18xlarge", what="instance type"),
+    Option("launcher", "the entrypoint's launcher unit on the nodes (MNP_LAUNCHER)",
+           choices=tuple(LAUNCHERS), default="mpirun", example="mpirun", what="launcher"),
+    Option("image_uri", "the image by digest, REPO@sha256:<64 hex>",
+           default_text="the pushed digest of <repo>:<stack>, read from a running Docker engine",
+           example="REPO@sha256:DIGEST"),
+    Option("mount", MOUNT_HELP, repeatable=True, example="/fsx:/fsx"),
+    Option("attempts", "runs of the job: infrastructure failures (exit 200, a lost host) are "
+           "retried, a failing command never", kind=int, default=DEFAULT_ATTEMPTS, minimum=1,
+           maximum=MAX_ATTEMPTS, example="2"),
+    Option("output", "write it to this file, whole or not at all", default_text="print it",
+           action=True),
+    Option("stacks", "stacks file", default="stacks.yaml", example="stacks.yaml"),
+))
 
 _DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -118,6 +161,19 @@ def check_launcher(launcher: str) -> None:
         raise UserError(f"--launcher {launcher!r} is not one of {', '.join(LAUNCHERS)}")
 
 
+def check_launcher_command(launcher: str, command: Sequence[str], wraps: str,
+                           advice: str) -> None:
+    """Refuse a command that is itself a launcher (``mpirun -np 108 ...``, ``torchrun ...``, as
+    users copy their command lines) where the artefact starts ``launcher`` around it: a launcher
+    inside a launcher nests jobs, and the copied line's node count, rank, master or hostfile
+    cannot be right. ``wraps`` says how, in the writer's terms; ``advice`` what to type instead.
+    ``--launcher none`` runs the command as is: each writer decides whether that works."""
+    own = launcher_command(list(command))
+    if own and launcher != AS_IS:
+        raise UsageError(f"-- {' '.join(command[:2])} ...: the command starts {own} itself, and "
+                         f"{wraps} (a launcher inside a launcher): {advice}")
+
+
 def check_nodes(nodes: int) -> None:
     """1 to the entrypoint's node limit: every node refuses more at start (exit 2)."""
     if not 1 <= nodes <= MAX_NODES:
@@ -132,9 +188,10 @@ def check_has_command(command: Sequence[str]) -> None:
 
 
 def check_pinned(image_uri: str) -> None:
-    """The image by digest, so every node and every retry runs the same image."""
+    """The image by digest, so every node and every retry runs the same image (a value typed on
+    the command line: exit 2)."""
     if not is_pinned(image_uri):
-        raise UserError(f"--image-uri {image_uri!r} must name the image by digest (@sha256:...)")
+        raise UsageError(f"--image-uri {image_uri!r} must name the image by digest (@sha256:...)")
 
 
 def check_fabric(instance: InstanceType, fabric: str | None) -> None:
