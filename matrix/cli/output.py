@@ -1,5 +1,5 @@
-"""``--output FILE`` of the generators (jobdef, sbatch, k8s): checked before anything is built,
-then written whole or not at all.
+"""``--output FILE`` of the writers' tasks (each names its file: ``Writer.file_name``): checked
+before anything is built, then written whole or not at all.
 
 Only a new file or an existing regular file is written: a device node, a FIFO, a socket, a
 folder or a symlink at the path is refused (renaming over it would replace the node or the link
@@ -16,9 +16,6 @@ import tempfile
 from pathlib import Path
 
 from matrix.errors import UsageError, UserError
-
-# The file name each generator's hints suggest (a folder given to --output, --output alone).
-FILE_NAMES = {"jobdef": "jobdef.json", "sbatch": "job.sbatch", "k8s": "job.yaml"}
 
 _KINDS = ((stat.S_ISLNK, "a symlink"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),

@@ -21,7 +21,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from matrix.cli.output import FILE_NAMES
 from matrix.errors import UsageError, did_you_mean
 
 # Words that make invoke print something instead of running a task: nothing to check then.
@@ -29,16 +28,31 @@ INFO_FLAGS = ("--complete", "--list", "-l", "--help", "-h", "--version", "-V",
               "--print-completion-script")
 # Short forms of invoke's core options that take a value (``invoke -c tasks plan``).
 CORE_SHORT_WITH_VALUE = ("-c", "-f", "-r", "-D", "-F", "-T")
-# What a value looks like, per option, for "needs a value, e.g. ..." (default: VALUE).
+# What a value looks like, per option of the tasks that declare none (tasks.py's own), for
+# "needs a value, e.g. ..."; the declared options' come with them (``Option.example``).
 EXAMPLES = {
-    "--stack": "cpu-tcp", "--stacks": "stacks.yaml", "--nodes": "2", "--late-node": "1",
-    "--instance-type": "c5n.18xlarge", "--launcher": "mpirun", "--registry":
-    "123456789012.dkr.ecr.us-east-1.amazonaws.com", "--image-uri": "REPO@sha256:DIGEST",
-    "--region": "us-east-1", "--profile": "default",
+    "--late-node": "1", "--registry": "123456789012.dkr.ecr.us-east-1.amazonaws.com",
     "--ca-bundle": "/etc/ssl/certs/ca-certificates.crt", "--metadata-file": "meta.json",
-    "--pytest": '"-k plan -x"', "--secret-arn": "arn:aws:secretsmanager:...",
-    "--execution-role-arn": "arn:aws:iam::123456789012:role/NAME",
+    "--pytest": '"-k plan -x"', "--env": "MNP_HEALTH=full",
 }
+
+
+def output_example(task: str) -> str:
+    """The file a writer's task names for ``--output`` (``Writer.file_name``), else FILE."""
+    from matrix.jobs import writers
+
+    return next((w.file_name for w in writers.all_writers() if w.task == task), "FILE")
+
+
+def value_example(flag: str) -> str:
+    """A value of ``flag``: its declaration's example, else :data:`EXAMPLES`'s, else VALUE."""
+    from matrix.cli import jobtasks
+    from matrix.jobs.runopts import flags
+
+    declared = flags(jobtasks.all_options()).get(flag)
+    if declared is not None and declared.example:
+        return declared.example
+    return EXAMPLES.get(flag, "VALUE")
 
 
 # The installed command (matrix/cli/program.py), named in messages when it is the one typed, and
@@ -123,8 +137,8 @@ def check(argv: Sequence[str], contexts: Iterable[Any], with_command: Iterable[s
                 argument = known.get(flag)
                 if argument is not None and argument.takes_value and "=" not in word:
                     if index >= len(words) or words[index].startswith("--"):
-                        example = (FILE_NAMES.get(task or "", "FILE") if flag == "--output"
-                                   else EXAMPLES.get(flag, "VALUE"))
+                        example = (output_example(task or "") if flag == "--output"
+                                   else value_example(flag))
                         fail(f"{flag} needs a value, e.g. {program} {task} {flag} {example}")
                     index += 1
                 continue
