@@ -181,7 +181,7 @@ def test_every_node_specific_name_is_in_the_doc():
 
     for name in base.NODE_SPECIFIC:
         assert covered(name), name
-    for prefix in base.NODE_SPECIFIC_PREFIXES:
+    for prefix in base.node_specific_prefixes():
         assert prefix + "*" in patterns, prefix
 
 

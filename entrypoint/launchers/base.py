@@ -51,9 +51,22 @@ NODE_SPECIFIC = (
 # conf/hooks/extra/50-slurm-pytorch.sh also WORLD_SIZE, MASTER_ADDR and MASTER_PORT. Where the
 # entrypoints wire a step's nodes, node 0's values must not reach every rank.
 TASK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-# Open MPI's and PMIx's own per-process variables; OMPI_MCA_* reach the ranks through mpirun.
-# Slurm's per-task variables stay each rank's own (Open MPI under Slurm sets them per node).
-NODE_SPECIFIC_PREFIXES = ("OMPI_", "PMIX_", "SLURM_", "SLURMD_")
+
+
+def node_specific_prefixes() -> Tuple[str, ...]:
+    """The prefixes of per-process variables, as each scheduler adapter declares them
+    (``NODE_PREFIXES``: Slurm's ``SLURM_``, Open MPI's ``OMPI_`` for a rank), so a new adapter's
+    variables stay each node's own with no edit here."""
+    global _PREFIXES
+    if _PREFIXES is None:
+        from .. import schedulers  # here, not at import: the adapters' package imports this one's
+
+        _PREFIXES = tuple(sorted(set(prefix for module in schedulers.ORDER
+                                     for prefix in module.NODE_PREFIXES)))
+    return _PREFIXES
+
+
+_PREFIXES = None  # type: Optional[Tuple[str, ...]]
 
 
 class LaunchRequest(object):
@@ -209,7 +222,7 @@ def is_python(arg: str) -> bool:
 
 
 def node_specific(name: str) -> bool:
-    return name in NODE_SPECIFIC or name.startswith(NODE_SPECIFIC_PREFIXES)
+    return name in NODE_SPECIFIC or name.startswith(node_specific_prefixes())
 
 
 def export_names(env: Dict[str, str], patterns: Sequence[str] = ()) -> List[str]:

@@ -45,6 +45,8 @@ ADAPTER_CONTRACT = (
     ("PRECEDENCE", int, "detection order between equally sure adapters, lower first"),
     ("SUBMITTED", bool, "a job is submitted to it (invoke explain --scheduler plans for it); "
                         "False for who is no scheduler: a launcher above, a single node"),
+    ("NODE_PREFIXES", tuple, "prefixes of the variables it sets per process or node, which "
+                             "stay each node's own: never passed to other nodes' ranks"),
     ("detect", (1,), "detect(env): the variable it recognised itself from, or None"),
     ("trust", (1,), "trust(env): (LAUNCHED | STARTED | EXPORTED, why)"),
     ("table", (1,), "table(env): its NodeTable; a bad value raises ConfigError naming it"),

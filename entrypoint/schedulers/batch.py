@@ -16,6 +16,7 @@ from .base import MAX_NODES, STARTED, NodeTable, below, first, get, integer
 NAME = "batch"
 PRECEDENCE = 20  # between equally sure adapters (schedulers/__init__.py says why)
 SUBMITTED = True  # whether a job is submitted to it (base.ADAPTER_CONTRACT)
+NODE_PREFIXES = ()  # per-process variable prefixes (base.ADAPTER_CONTRACT)
 SOURCE = ("https://docs.aws.amazon.com/batch/latest/userguide/job_env_vars.html (Batch "
           "environment variables); https://docs.aws.amazon.com/batch/latest/userguide/"
           "multi-node-parallel-jobs.html")

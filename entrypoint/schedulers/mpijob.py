@@ -24,6 +24,7 @@ from .base import MAX_NODES, MAX_SLOTS, STARTED, LauncherSsh, NodeTable, first, 
 NAME = "mpijob"
 PRECEDENCE = 30  # between equally sure adapters (schedulers/__init__.py says why)
 SUBMITTED = True  # whether a job is submitted to it (base.ADAPTER_CONTRACT)
+NODE_PREFIXES = ()  # per-process variable prefixes (base.ADAPTER_CONTRACT)
 SOURCE = ("https://github.com/kubeflow/mpi-operator/blob/master/pkg/controller/"
           "mpi_job_controller.go (launcher and worker env, hostfile ConfigMap)")
 ROLE = "K_MPI_JOB_ROLE"

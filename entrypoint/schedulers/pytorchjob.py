@@ -20,6 +20,7 @@ from .torchenv import endpoint, nnodes, nproc_word, slots
 NAME = "pytorchjob"
 PRECEDENCE = 40  # between equally sure adapters (schedulers/__init__.py says why)
 SUBMITTED = True  # whether a job is submitted to it (base.ADAPTER_CONTRACT)
+NODE_PREFIXES = ()  # per-process variable prefixes (base.ADAPTER_CONTRACT)
 SOURCE = ("https://github.com/kubeflow/training-operator/blob/release-1.9/pkg/controller.v1/"
           "pytorch/envvar.go, master.go, elastic.go")
 STATIC = ("MASTER_ADDR", "RANK", "WORLD_SIZE")

@@ -19,6 +19,10 @@ from .base import EXPORTED, LAUNCHED, NodeTable, below, first, get, integer
 NAME = "rank"
 PRECEDENCE = 10  # between equally sure adapters (schedulers/__init__.py says why)
 SUBMITTED = False  # whether a job is submitted to it (base.ADAPTER_CONTRACT)
+# Open MPI's and PMIx's own per-process variables (a launcher above set them for this rank):
+# never passed from the main node to the other nodes' ranks; OMPI_MCA_* reach them through
+# mpirun itself (launchers.base.node_specific).
+NODE_PREFIXES = ("OMPI_", "PMIX_")  # per-process variable prefixes (base.ADAPTER_CONTRACT)
 SOURCE = ("https://docs.open-mpi.org/en/v5.0.x/tuning-apps/environment-var.html; "
           "https://slurm.schedmd.com/mpi_guide.html (PMIx); "
           "https://pytorch.org/docs/stable/elastic/run.html#environment-variables (LOCAL_RANK, "

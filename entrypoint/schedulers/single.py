@@ -7,6 +7,7 @@ from .base import EXPORTED, NodeTable
 NAME = "single"
 PRECEDENCE = 90  # between equally sure adapters (schedulers/__init__.py says why)
 SUBMITTED = False  # whether a job is submitted to it (base.ADAPTER_CONTRACT)
+NODE_PREFIXES = ()  # per-process variable prefixes (base.ADAPTER_CONTRACT)
 SOURCE = "no scheduler variables: this node runs the whole job"
 SIGNALS = ()  # type: Tuple[str, ...]
 

@@ -28,6 +28,9 @@ OTHER_WAYS = ("srun --mpi=pmix (every task is a rank), srun --ntasks-per-node=1 
               "from the batch script")
 PRECEDENCE = 60  # between equally sure adapters (schedulers/__init__.py says why)
 SUBMITTED = True  # whether a job is submitted to it (base.ADAPTER_CONTRACT)
+# Slurm's per-task variables stay each rank's own (Open MPI under Slurm sets them per node):
+# never passed from the main node to the other nodes' ranks (launchers.base.node_specific).
+NODE_PREFIXES = ("SLURM_", "SLURMD_")  # per-process variable prefixes (base.ADAPTER_CONTRACT)
 SOURCE = ("https://slurm.schedmd.com/srun.html#SECTION_OUTPUT-ENVIRONMENT-VARIABLES; "
           "https://slurm.schedmd.com/sbatch.html#SECTION_OUTPUT-ENVIRONMENT-VARIABLES")
 JOB_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOBID")

@@ -24,6 +24,7 @@ from .torchenv import endpoint, nnodes, nproc_word, slots
 NAME = "trainjob"
 PRECEDENCE = 50  # between equally sure adapters (schedulers/__init__.py says why)
 SUBMITTED = True  # whether a job is submitted to it (base.ADAPTER_CONTRACT)
+NODE_PREFIXES = ()  # per-process variable prefixes (base.ADAPTER_CONTRACT)
 SOURCE = ("https://github.com/kubeflow/trainer/blob/master/pkg/runtime/framework/plugins/torch/"
           "torch.go (EnforceMLPolicy); pkg/constants/constants.go (TorchEnv*); "
           "https://github.com/kubeflow/trainer/pull/2587 (torchtune: a rendezvous endpoint on the "
