@@ -97,7 +97,7 @@ def _generator_input(writer: Writer, stacks_file: str, stacks: Any, nodes: Any,
     """The checks every generator makes, in the order a user fixes them: the command line
     first (exit 2), then the stack on the instance and the plan (exit 1), nothing written."""
     from matrix.jobs import spec
-    from matrix.jobs.mounts import parse_all
+    from matrix.jobs.mounts import parse_all, refuse_image_folders
     from matrix.model.instances import INSTANCE_TYPES
 
     count = options.nodes(require(nodes, "--nodes", "2"))
@@ -111,6 +111,7 @@ def _generator_input(writer: Writer, stacks_file: str, stacks: Any, nodes: Any,
     target = output_path(output, FILE_NAMES[writer.task]) if output else None
     matrix = load(stacks_file)
     stack = one_stack(matrix, stacks)
+    refuse_image_folders(matrix, stack, parsed_mounts, parsed_claims)
     # before the image: no engine needed; a refusal names the scheduler the task writes for
     spec.check_pair(matrix.stack(stack), instance_type, writer.scheduler_name)
     _refuse_problems(matrix, stack, instance_type, count, launcher, command, scheduler)
@@ -306,7 +307,7 @@ def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
 
     from matrix.image import engine
     from matrix.jobs import rehearse as rh
-    from matrix.jobs.mounts import parse_all
+    from matrix.jobs.mounts import parse_all, refuse_image_folders
 
     count = options.nodes(nodes)
     parsed_mounts, _ = parse_all(mounts)
@@ -315,10 +316,11 @@ def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
     if not command:
         raise UsageError("give the job command after --, e.g. invoke run --stack cpu-tcp "
                          "--nodes 3 -- python3 /opt/mnp/examples/allreduce.py")
-    rh.check_mounts(parsed_mounts)  # before the engine: a typo needs no Docker to be found
     settings = rh.parse_env(list(env or []), count)
     matrix = load(stacks_file)
     stack = one_stack(matrix, stacks)
+    refuse_image_folders(matrix, stack, parsed_mounts)
+    rh.check_mounts(parsed_mounts)  # before the engine: a typo needs no Docker to be found
     result = plan(matrix, [stack])
     image = result.chains[stack][-1]
     client = engine.ensure()
