@@ -145,6 +145,16 @@ BREAKS = [
           [("matrix/image/testing.py", "    empty = [r for r in results if r.ran_nothing]\n",
             "    empty = []\n")],
           [("tests/test_layer_tests_ran.py -k all_skip", {})]),
+    Break("mount-over-image", "a --mount or --pvc over a folder the image installs into (/opt, "
+          "/usr, /usr/local/bin) is accepted again, as before issue 42",
+          [("matrix/jobs/mounts.py", "        if hidden:\n", "        if False:\n")],
+          [("tests/publish/test_mount_folders.py -k image_folder and opt", {}),
+           ("tests/publish/test_mount_folders.py::test_the_folders_come_from_each_stacks_templates",
+            {})]),
+    Break("mount-folders-declared", "ssh's template no longer declares /etc/ssh: a mount over "
+          "/etc hides its sshd_config unseen",
+          [("images/ssh/Dockerfile.j2", '"folders": {"/etc/ssh"', '"unread": {"/etc/ssh"')],
+          [("tests/publish/test_mount_folders.py -k etc", {})]),
 ]
 
 

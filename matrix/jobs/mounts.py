@@ -12,6 +12,12 @@ command reads. One parsed :class:`Mount` becomes, per scheduler:
 - ``invoke run``: a Docker bind mount, so a rehearsal reads the same paths (:func:`docker_binds`).
 
 Bad input is one :class:`UsageError` line naming the option and what was expected.
+
+A mount never hides the image: :func:`refuse_image_folders` refuses a container path that is, or
+holds, a folder the stack's image installs into (derived from its templates,
+:func:`matrix.image.declared.image_folders`) or one something fills at run time
+(:func:`runtime_folders`: the container runtime, the scheduler, the MPI operator, the
+entrypoint). Every task that takes ``--mount`` or ``--pvc`` calls it once the stack is known.
 """
 
 from __future__ import annotations
@@ -20,13 +26,21 @@ import posixpath
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from matrix.errors import UsageError
 
-# Paths the images or the schedulers already own in the container: a data mount there would hide
-# the job's shared memory, the MPI operator's hostfile and SSH keys, or the entrypoint's state.
-RESERVED = ("/dev/shm", "/etc/mpi", "/root/.ssh", "/run/mnp", "/proc", "/sys", "/dev")
+if TYPE_CHECKING:
+    from matrix.model.entities import Matrix
+
+# Where a refusal suggests the data go: the seed articles' FSx for Lustre mount, and folders no
+# image of the project installs into (tests/publish/test_mount_folders.py keeps them so).
+DATA_PATHS = ("/fsx", "/data", "/scratch")
+# The OCI runtime spec's default filesystems and devices, which every runtime (runc under Docker,
+# enroot under pyxis, containerd under Kubernetes) puts into the container.
+OCI_DEFAULTS = ("https://github.com/opencontainers/runtime-spec/blob/main/config-linux.md "
+                "sections \"Default Filesystems\" and \"Default Devices\"")
 # Kubernetes object names (RFC 1123 subdomain): https://kubernetes.io/docs/concepts/overview/
 # working-with-objects/names/#dns-subdomain-names
 _CLAIM = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -66,7 +80,8 @@ def _absolute(path: str, option: str, text: str, what: str) -> str:
     normal = posixpath.normpath(path)
     if normal.startswith("//"):
         normal = "/" + normal.lstrip("/")
-    if normal == "/":
+    if normal == "/" and option == "--mount" and what == "HOST_PATH":
+        # the host's whole file system into every container: no data folder means that
         raise UsageError(f"{option} {text!r}: {what} may not be / (name the data folder, "
                          f"e.g. {example})")
     return normal
@@ -81,11 +96,115 @@ def _mode(parts: list[str], option: str, text: str) -> bool:
     return parts[2] == "ro"
 
 
+@dataclass(frozen=True)
+class RuntimeFolder:
+    """A container folder something other than the image fills when the job starts: a data
+    mount at, under or over it would hide what is put there (or put the data in its place)."""
+
+    path: str
+    owner: str  # who fills it
+    what: str  # with what: "a folder <owner> <what>"
+    source: str  # where that is said
+
+
+@cache
+def runtime_folders() -> tuple[RuntimeFolder, ...]:
+    """The folders the container runtime, the MPI operator and the entrypoint fill at run time;
+    the entrypoint's own and the operator's are read from the entrypoint's code, where they are
+    declared once."""
+    from entrypoint.run.worker import KEYS_DIR
+    from entrypoint.schedulers.mpijob import DEFAULT_HOSTFILE
+    from entrypoint.settings.config import TABLE
+
+    state_dir = next(setting.default for setting in TABLE if setting.name == "MNP_STATE_DIR")
+    runtime = "the container runtime"
+    return (
+        RuntimeFolder("/dev/shm", runtime, "fills with the job's shared memory, a tmpfs every "
+                      "writer sizes (Batch linuxParameters.sharedMemorySize, a Kubernetes memory "
+                      "emptyDir)", f"matrix/jobs/jobdef.py, matrix/jobs/k8s.py; {OCI_DEFAULTS}"),
+        RuntimeFolder(posixpath.dirname(DEFAULT_HOSTFILE), "the MPI operator", "fills with the "
+                      "launcher's hostfile ConfigMap", "entrypoint/schedulers/mpijob.py "
+                      "DEFAULT_HOSTFILE"),
+        RuntimeFolder(KEYS_DIR, "the MPI operator", "fills with its SSH Secret "
+                      "(sshAuthMountPath) for the entrypoint's sshd",
+                      "entrypoint/run/worker.py KEYS_DIR"),
+        RuntimeFolder(state_dir, "the entrypoint", "fills with its per-job keys, hostfiles and "
+                      "sshd files (MNP_STATE_DIR)", "entrypoint/settings/config.py MNP_STATE_DIR"),
+        RuntimeFolder("/proc", runtime, "fills with procfs", OCI_DEFAULTS),
+        RuntimeFolder("/sys", runtime, "fills with sysfs", OCI_DEFAULTS),
+        RuntimeFolder("/dev", runtime, "fills with the devices (the job's GPUs and EFA "
+                      "interfaces among them)", OCI_DEFAULTS),
+    )
+
+
+def _holds(outer: str, inner: str) -> bool:
+    """Whether folder ``outer`` is ``inner`` or one of its parents."""
+    return outer == inner or outer == "/" or inner.startswith(outer + "/")
+
+
+def _elsewhere() -> str:
+    return (f"mount the data at a folder of its own, e.g. {', '.join(DATA_PATHS[:-1])} or "
+            f"{DATA_PATHS[-1]}")
+
+
+def _runtime_refusal(option: str, text: str, path: str, folder: RuntimeFolder) -> UsageError:
+    relation = ("is" if path == folder.path else
+                f"is under {folder.path}," if path.startswith(folder.path + "/")
+                else f"holds {folder.path},")
+    return UsageError(f"{option} {text!r}: {path} {relation} a folder {folder.owner} "
+                      f"{folder.what} ({folder.source}); {_elsewhere()}")
+
+
 def _check_container(path: str, option: str, text: str) -> None:
-    for reserved in RESERVED:
-        if path == reserved or path.startswith(reserved + "/"):
-            raise UsageError(f"{option} {text!r}: {path} is under {reserved}, which the image or "
-                             "the scheduler already uses; mount the data elsewhere (e.g. /fsx)")
+    """A path at or under a :func:`runtime_folders` folder (needs no stack; a path over one is
+    for :func:`refuse_image_folders`, which names the image's folders first)."""
+    for folder in runtime_folders():
+        if _holds(folder.path, path):
+            raise _runtime_refusal(option, text, path, folder)
+
+
+def refuse_image_folders(matrix: Matrix, stack_name: str, mounts: Iterable[Mount],
+                         claims: Iterable[Claim] = ()) -> None:
+    """One :class:`UsageError` line (exit 2) for the first ``--mount`` or ``--pvc`` whose
+    container path is, or holds, a folder ``stack_name``'s image installs into, naming the folder
+    and the layer (or base image) that puts something there; then for one at, under or over a
+    :func:`runtime_folders` folder. A mount inside an image folder (``/opt/data`` beside
+    ``/opt/mnp``) hides nothing of the image but its own path, and is accepted.
+    The folders are read from the stack's templates once per process
+    (:func:`matrix.image.declared.declared_facts`)."""
+    from matrix.image.declared import declared_facts, most_telling
+
+    given = [("--mount", _mount_text(m), m.container) for m in mounts]
+    given += [("--pvc", _claim_text(c), c.container) for c in claims]
+    if not given:
+        return  # nothing to render
+    folders = declared_facts(matrix, matrix.stack(stack_name)).folders
+    for option, text, path in given:
+        # the folder named: the path itself, else the entrypoint's (what the job loses first),
+        # else the nearest
+        hidden = sorted((folder for folder in folders if _holds(path, folder)),
+                        key=lambda folder: (folder != path,
+                                            not any(u.starts_the_job for u in folders[folder]),
+                                            folder.count("/"), folder))
+        if hidden:
+            folder = hidden[0]
+            uses = most_telling(folders[folder])
+            more = f"; and {len(uses) - 1} more" if len(uses) > 1 else ""
+            where = "is" if folder == path else f"holds {folder},"
+            raise UsageError(f"{option} {text!r}: {path} {where} a folder the image of stack "
+                             f"{stack_name} installs into ({uses[0].sentence()}{more}), which "
+                             f"the mount would hide from the job; {_elsewhere()}")
+        for runtime in runtime_folders():
+            if _holds(path, runtime.path) or _holds(runtime.path, path):
+                raise _runtime_refusal(option, text, path, runtime)
+
+
+def _mount_text(mount: Mount) -> str:
+    return f"{mount.host}:{mount.container}" + (":ro" if mount.read_only else "")
+
+
+def _claim_text(claim: Claim) -> str:
+    return f"{claim.claim}:{claim.container}" + (":ro" if claim.read_only else "")
 
 
 def parse_mount(text: str) -> Mount:

@@ -98,12 +98,10 @@ def job_request(writer: Writer, values: Mapping[str, Any], command: Sequence[str
 def refuse_image_folders(matrix: Matrix, stack: Stack, mounts: Sequence[Mount],
                          claims: Sequence[Claim]) -> None:
     """A mount over a folder the image installs into hides it on every node (one line, exit
-    2); see :mod:`matrix.jobs.mounts`."""
+    2; :func:`matrix.jobs.mounts.refuse_image_folders`)."""
     from matrix.jobs import mounts as mount_rules
 
-    check = getattr(mount_rules, "refuse_image_folders", None)
-    if check is not None:
-        check(matrix, stack.name, mounts, claims)
+    mount_rules.refuse_image_folders(matrix, stack.name, mounts, claims)
 
 
 def refusal(request: JobRequest, stops: Sequence[str]) -> str:

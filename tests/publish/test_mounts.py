@@ -57,11 +57,12 @@ def test_good_mounts(text, mount):
     ("fsx:/fsx", "HOST_PATH 'fsx' must be an absolute path"),
     ("/fsx:data", "CONTAINER_PATH 'data' must be an absolute path"),
     ("/fsx:/fsx:readonly", "the third field must be ro or rw, not 'readonly'"),
-    ("/fsx:/", "CONTAINER_PATH may not be /"),
+    ("/:/fsx", "HOST_PATH may not be /"),
     ("/a,b:/x", "may not hold ',', ':'"),
-    ("/fsx:/dev/shm", "under /dev/shm"),
-    ("/keys:/root/.ssh/x", "under /root/.ssh"),
-    ("/h:/etc/mpi", "under /etc/mpi"),
+    ("/fsx:/dev/shm", "/dev/shm is a folder the container runtime fills with the job's shared "
+                      "memory"),
+    ("/keys:/root/.ssh/x", "is under /root/.ssh, a folder the MPI operator fills"),
+    ("/h:/etc/mpi", "/etc/mpi is a folder the MPI operator fills with the launcher's hostfile"),
 ])
 def test_bad_mounts_are_one_line(text, words):
     with pytest.raises(UsageError) as failure:
