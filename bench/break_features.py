@@ -155,6 +155,12 @@ BREAKS = [
           "/etc hides its sshd_config unseen",
           [("images/ssh/Dockerfile.j2", '"folders": {"/etc/ssh"', '"unread": {"/etc/ssh"')],
           [("tests/publish/test_mount_folders.py -k etc", {})]),
+    Break("stack-targets-rule", "a CPU stack on a GPU type is valid in the stacks file again (the "
+          "rule no longer applies to an 8-GPU instance), while every writer refuses the pair",
+          [("matrix/model/rules.yaml", '    when: {instance.gpus: ">=1"}\n',
+            '    when: {instance.gpus: ">=100"}\n')],
+          [("tests/test_stack_targets.py::"
+            "test_a_cpu_stack_on_a_gpu_type_is_invalid_with_the_rule_and_its_source", {})]),
 ]
 
 

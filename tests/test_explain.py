@@ -118,7 +118,8 @@ def test_an_instance_outside_the_stack_is_explained_with_a_note():
 
 def test_a_stack_without_cuda_on_a_gpu_instance_is_refused():
     """cpu-tcp on p5 would ask Batch for 8 GPUs a node and use none (issue 16, item 8)."""
-    with pytest.raises(UserError, match="cannot use p5.48xlarge: it has no CUDA"):
+    with pytest.raises(UserError, match=r"cannot run on p5.48xlarge: instance p5.48xlarge "
+                                         r"\(gpus 8\) needs cuda, it is missing"):
         explain(MATRIX, "cpu-tcp", "p5.48xlarge", 2)
 
 

@@ -49,9 +49,12 @@ def test_output_without_a_value_is_answered_with_the_tasks_own_file_name(task, n
 @pytest.mark.parametrize(("task", "scheduler"), [
     ("jobdef", "AWS Batch"), ("sbatch", "Slurm"), ("k8s", "Kubernetes")])
 def test_a_refusal_names_the_scheduler_the_task_writes_for(task, scheduler):
-    """A CPU stack on a GPU instance: the GPUs would be asked for and left idle."""
+    """A CPU stack on a GPU instance: the GPUs would be asked for and left idle. Every writer
+    refuses it with the stacks file's rule (invoke stacks says the same), which names each
+    scheduler's way of asking, never AWS Batch's words alone."""
     line = one_line(generate(task, "--stack", "cpu-tcp", "--instance-type", "p4d.24xlarge"), 1)
-    assert f"it has no CUDA, so the job would ask {scheduler} for the 8 GPUs" in line
+    assert ("stack cpu-tcp cannot run on p4d.24xlarge: instance p4d.24xlarge (gpus 8) needs "
+            "cuda, it is missing [rule gpu-instance-needs-cuda-stack]") in line
     if scheduler != "AWS Batch":
         assert "Batch" not in line
 

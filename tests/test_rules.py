@@ -20,7 +20,15 @@ from matrix.errors import UserError
 from matrix.model.entities import Base, ComponentVersion, Stack, comparable, matches, specifier
 from matrix.model.instances import INSTANCE_TYPES
 from matrix.model.loader import load_matrix
-from matrix.model.rules import Rule, check_matrix, check_stack, load_rules, require_valid
+from matrix.model.rules import (
+    Rule,
+    check_matrix,
+    check_stack,
+    instance_has,
+    load_rules,
+    require_valid,
+)
+from matrix.model.violation import ANY_VERSION
 from tests.helpers import make_stack, project_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,8 +80,7 @@ def _instance_for(rule: Rule, satisfy: bool) -> str:
         if key == "instance":
             rows = [r for r in rows if fnmatch(r.name, wanted)]
         elif key.startswith("instance."):
-            allowed = [wanted] if isinstance(wanted, str) else wanted
-            rows = [r for r in rows if str(getattr(r, key.split(".", 1)[1])) in allowed]
+            rows = [r for r in rows if instance_has(r, key.split(".", 1)[1], wanted)]
     needs = {k: v for k, v in rule.require.items() if k.startswith("instance.")}
     if needs:
         rows = [r for r in rows
@@ -101,6 +108,8 @@ def stack_for(rule: Rule, satisfy: bool):
         trigger = [rule.when[component]] if component in rule.when else []
         if satisfy or fail_instance:
             layers[component] = pick(trigger + [alternatives[0]])
+        elif rule.present and alternatives == (ANY_VERSION,):
+            continue  # any version meets it: only its absence fails the rule
         else:
             layers[component] = pick(trigger, alternatives)
     for component in sources:

@@ -65,13 +65,18 @@ def stacks_data(matrix: Matrix) -> list[dict[str, Any]]:
 
 
 def _violation_text(violation: Violation) -> str:
-    """One broken rule as ``invoke stacks`` lists it: a pairwise rule as what needs what, a
-    rule class as its own sentence plus which class fired and why the class exists."""
+    """One broken rule as ``invoke stacks`` lists it: a pairwise rule as what needs what with the
+    rule and its source, a rule class as its own sentence plus which class fired and why the
+    class exists."""
+    from matrix.model.violation import ANY_VERSION
+
     v = violation
     if v.rule.kind == "class":
         return f"{v.sentence} [{v.named}: {v.rule.why}]"
-    return (f"{v.trigger} needs {v.component} {' or '.join(v.wanted)} "
-            f"(found {v.found or 'none'}) [{v.named}]")
+    wanted = " or ".join(v.wanted)
+    needs = v.component if wanted == ANY_VERSION else f"{v.component} {wanted}"
+    return (f"{v.trigger} needs {needs} (found {v.found or 'none'}) "
+            f"[{v.named}; source: {v.rule.source}]")
 
 
 def component_parts(row: dict[str, Any]) -> list[str]:

@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 # Where a refusal suggests the data go: the seed articles' FSx for Lustre mount, and folders no
 # image of the project installs into (tests/publish/test_mount_folders.py keeps them so).
 DATA_PATHS = ("/fsx", "/data", "/scratch")
-# The OCI runtime spec's default filesystems and devices, which every runtime (runc under Docker,
-# enroot under pyxis, containerd under Kubernetes) puts into the container.
+# The OCI runtime spec's default filesystems and devices, which a container runtime puts into
+# every container (a container path there is the runtime's, whatever the image holds).
 OCI_DEFAULTS = ("https://github.com/opencontainers/runtime-spec/blob/main/config-linux.md "
                 "sections \"Default Filesystems\" and \"Default Devices\"")
 # Kubernetes object names (RFC 1123 subdomain): https://kubernetes.io/docs/concepts/overview/
@@ -80,7 +80,7 @@ def _absolute(path: str, option: str, text: str, what: str) -> str:
     normal = posixpath.normpath(path)
     if normal.startswith("//"):
         normal = "/" + normal.lstrip("/")
-    if normal == "/" and option == "--mount" and what == "HOST_PATH":
+    if normal == "/" and what == "HOST_PATH":
         # the host's whole file system into every container: no data folder means that
         raise UsageError(f"{option} {text!r}: {what} may not be / (name the data folder, "
                          f"e.g. {example})")

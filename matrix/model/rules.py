@@ -3,8 +3,10 @@
 Two kinds of rule, both with their source:
 
 * pairwise rules (``rules:``): when a stack has component X at a matching version (or a fabric,
-  or targets an instance matching a glob or with a given GPU model), it needs component Y at a
-  matching version, or its instances need a capability from the instance table;
+  or targets an instance matching a glob, with a given GPU model or with accelerators), it
+  needs component Y at a matching version, or its instances need a capability from the
+  instance table; both ways round, so a stacks file declares no target that every writer
+  would refuse (a CPU stack on a GPU instance);
 * rule classes (``classes:``): checks over the facts every component version carries in
   ``stacks.yaml`` (``requires``, ``os``, ``cuda``, ``cxx_std``/``header_cxx_std``, and each pip
   pin's ``requires_python`` and wheel ``tag``) and over the instance table (every target GPU
@@ -67,6 +69,8 @@ def load_rules(path: Path = RULES_FILE) -> tuple[Rule, ...]:
 def _pairwise(raw: dict[str, Any], where: str) -> Rule:
     require = {k: (v,) if isinstance(v, str) else tuple(v) for k, v in raw["require"].items()}
     specs = [s for k, s in raw["when"].items() if not _is_keyword(k) and "." not in k]
+    specs += [s for k, alts in raw["when"].items() if k.startswith("instance.")
+              for s in ([alts] if isinstance(alts, str) else alts) if _is_specifier(s)]
     specs += [s for k, alts in require.items() if k != "instance.efa_rdma_read" for s in alts]
     for spec in specs:
         try:
@@ -82,6 +86,11 @@ def _is_keyword(key: str) -> bool:
     return key in ("instance", "fabric") or key.startswith("instance.")
 
 
+def _is_specifier(text: str) -> bool:
+    """Whether a condition's value compares (``>=1``) rather than names a value (``H100``)."""
+    return text[:1] in ("<", ">", "=", "!", "~")
+
+
 # --- pairwise rules --------------------------------------------------------------------------
 
 def _instance_rows(stack: Stack) -> list[Any]:
@@ -92,6 +101,20 @@ def _instance_rows(stack: Stack) -> list[Any]:
 
 def _field_text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def instance_has(row: Any, attr: str, wanted: str | list[str]) -> bool:
+    """Whether instance-table ``row``'s field ``attr`` is one of ``wanted``: a value as the table
+    writes it (``H100``, ``true``) or, for a count, a specifier (``>=1``)."""
+    value = getattr(row, attr)
+    for alternative in [wanted] if isinstance(wanted, str) else wanted:
+        if _is_specifier(alternative):
+            if isinstance(value, int) and not isinstance(value, bool) and \
+                    matches(str(value), alternative):
+                return True
+        elif _field_text(value) == alternative:
+            return True
+    return False
 
 
 def _applies(rule: Rule, stack: Stack, versions: dict[str, str]) -> str | None:
@@ -109,9 +132,7 @@ def _applies(rule: Rule, stack: Stack, versions: dict[str, str]) -> str | None:
             reasons.append(f"fabric {wanted}")
         elif key.startswith("instance."):
             attr = key.split(".", 1)[1]
-            allowed = [wanted] if isinstance(wanted, str) else list(wanted)
-            hits = [row for row in _instance_rows(stack)
-                    if _field_text(getattr(row, attr)) in allowed]
+            hits = [row for row in _instance_rows(stack) if instance_has(row, attr, wanted)]
             if not hits:
                 return None
             reasons.append(f"instance {hits[0].name} ({attr} {_field_text(getattr(hits[0], attr))})")
@@ -353,5 +374,5 @@ def require_valid(matrix: Matrix, names: list[str]) -> None:
             raise UserError(" | ".join(str(v) for v in violations))
 
 
-__all__ = ["Rule", "Violation", "check_matrix", "check_stack", "load_rules",
+__all__ = ["Rule", "Violation", "check_matrix", "check_stack", "instance_has", "load_rules",
            "require_valid", "wheel_fits"]

@@ -12,6 +12,8 @@ from matrix.errors import UserError
 from matrix.model.entities import Stack
 
 _REQUIREMENT = re.compile(r"^([a-z0-9][a-z0-9.-]*)\s*(.*)$")
+# How rules.yaml says "any version of it" (every release compares >= 0).
+ANY_VERSION = ">=0"
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class Violation:
             return self.detail
         wanted = " or ".join(self.wanted)
         found = f"found {self.found}" if self.found else "it is missing"
+        if wanted == ANY_VERSION:
+            return f"{self.trigger} needs {self.component}, {found}"
         return f"{self.trigger} needs {self.component} {wanted}, {found}"
 
     @property

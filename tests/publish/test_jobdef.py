@@ -246,6 +246,8 @@ def test_every_declared_pair_makes_a_valid_definition(stack, instance_type):
     ("cpu-tcp", "hpc6a.48xlarge", None),
     ("synapseai1.6-efa", "p4d.24xlarge", "gaudi-stack-needs-gaudi-instance"),
     ("cpu-mpi", "m5.24xlarge", None),
+    ("cpu-tcp", "p4d.24xlarge", "gpu-instance-needs-cuda-stack"),  # GPUs held, none used
+    ("cpu-mpi", "dl1.24xlarge", "gaudi-instance-needs-synapseai-stack"),
 ])
 def test_a_pair_the_table_says_cannot_work_is_refused(stack, instance_type, rule):
     s = MATRIX.stack(stack)
@@ -357,9 +359,10 @@ def test_jobdef_register_without_aws_configuration_is_one_line(tmp_path, extra, 
     (["--stack", "cpu-mpi", "--launcher", "torchrun", "--instance-type", "c5n.18xlarge"],
      "torchrun needs PyTorch"),
     (["--stack", "cpu-tcp", "--instance-type", "p4d.24xlarge"],
-     "stack cpu-tcp cannot use p4d.24xlarge: it has no CUDA, so the job would ask AWS Batch for the "
-     "8 GPUs"),
-    (["--stack", "cpu-mpi", "--instance-type", "dl1.24xlarge"], "it has no SynapseAI"),
+     "stack cpu-tcp cannot run on p4d.24xlarge: instance p4d.24xlarge (gpus 8) needs cuda, it is "
+     "missing [rule gpu-instance-needs-cuda-stack]"),
+    (["--stack", "cpu-mpi", "--instance-type", "dl1.24xlarge"],
+     "instance dl1.24xlarge (hpus 8) needs synapseai, it is missing"),
 ])
 def test_jobdef_refuses_what_explain_calls_a_problem(tmp_path, args, words):
     target = tmp_path / "job.json"
