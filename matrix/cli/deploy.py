@@ -106,11 +106,12 @@ def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
     if not command:
         raise UsageError(f"give the job command after --, e.g. invoke run --stack "
                          f"{stacks[0] if stacks else 'cpu-tcp'} --nodes {count} -- {RUN_EXAMPLE}")
-    rh.check_mounts(parsed_mounts)  # before the engine: a typo needs no Docker to be found
-    settings = rh.parse_env(list(env or []), count)
     matrix = load(stacks_file)
     stack = one_stack(matrix, stacks)
+    # a mount over the image's folders is a usage mistake (2), said before a missing host folder
     refuse_image_folders(matrix, matrix.stack(stack), parsed_mounts, ())
+    rh.check_mounts(parsed_mounts)  # before the engine: a typo needs no Docker to be found
+    settings = rh.parse_env(list(env or []), count)
     result = plan(matrix, [stack])
     image = result.chains[stack][-1]
     client = engine.ensure()

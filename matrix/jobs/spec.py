@@ -219,37 +219,18 @@ def check_elastic(low: int, high: int, nodes: int, given: str) -> None:
 
 
 def check_pair(stack: Stack, instance_type: str, scheduler: str = "AWS Batch") -> None:
-    """Refuse ``stack`` on ``instance_type`` when the instance table says it cannot work there.
+    """Refuse ``stack`` on ``instance_type`` when the rules say it cannot work there.
 
     The stack's rules are run as if it targeted only this instance, so every capability rule
     (fabric efa needs EFA, a CUDA stack needs GPUs, a SynapseAI stack needs Gaudi, minimum
-    versions per instance) answers, with its source. Then the other way round: a stack without
-    the accelerator's software on an accelerator instance would hold every GPU or HPU of the
-    job and use none (the job asks ``scheduler``, e.g. AWS Batch, Slurm or Kubernetes, for all of
-    them), so it is refused too.
-    """
-    instance = get_instance_type(instance_type)
+    versions per instance, and the other way round: an accelerator instance needs the stack
+    built for it, or the job holds every GPU or HPU and uses none) answers with its source, as
+    ``invoke stacks`` says it for a declared target. ``scheduler`` names whom the refusal is
+    about (the writer's scheduler)."""
     problems = blocking(check_stack(replace(stack, instances=(instance_type,))))
     if problems:
-        raise UserError(f"stack {stack.name} cannot run on {instance_type}: "
+        raise UserError(f"stack {stack.name} cannot run on {instance_type} under {scheduler}: "
                         + " | ".join(p.sentence + f" [rule {p.rule.id}]" for p in problems))
-    unused = unused_accelerators(stack, instance, scheduler)
-    if unused:
-        raise UserError(f"stack {stack.name} cannot use {instance_type}: {unused}; pick an "
-                        "instance type without accelerators or a stack built for them")
-
-
-def unused_accelerators(stack: Stack, instance: InstanceType,
-                        scheduler: str = "AWS Batch") -> str:
-    """Why ``stack`` would leave ``instance``'s accelerators idle, or ''."""
-    versions = stack.versions()
-    if instance.gpus and "cuda" not in versions:
-        return (f"it has no CUDA, so the job would ask {scheduler} for the {instance.gpus} GPUs "
-                "of every node and use none")
-    if instance.hpus and "synapseai" not in versions:
-        return (f"it has no SynapseAI, so the job would hold the {instance.hpus} Gaudi HPUs of "
-                "every node and use none")
-    return ""
 
 
 @dataclass(frozen=True)
