@@ -1,9 +1,8 @@
 # Bash completion for this project's invoke tasks: task names and options (from invoke's own
-# completion); after --stack, the stack names of the stacks file (`invoke stacks --names`, which
-# honours a --stacks FILE or --stacks=FILE given earlier on the line); after --instance-type and
-# --launcher, the instance table's types and the launcher names (`invoke stacks
-# --instance-types`, `invoke stacks --launchers`); after --scheduler, --kind and --rdzv, the
-# values those options take (`invoke stacks --values scheduler`, from the lists the tasks check).
+# completion); after an option, the values its declaration gives (`invoke stacks --values
+# OPTION`: after --stack the stacks of the stacks file, honouring a --stacks FILE or
+# --stacks=FILE given earlier on the line; after --instance-type the instance table's types;
+# after --launcher, --scheduler, --kind, --ranks, --rdzv the values the tasks check them against).
 #   source completion/mnp-stacks.bash        # in ~/.bashrc, with the project's venv on PATH
 # Works for `invoke ...`, `inv ...` and `./dev invoke ...`. Each Tab runs one invoke process that
 # imports no Docker, AWS or JSON Schema library (tests/test_cli.py checks), so it stays quick.
@@ -35,21 +34,19 @@ _mnp_stacks_complete() {
         esac
     done
     case "$prev" in
-        --stack)
-            COMPREPLY=($(compgen -W "$("${runner[@]}" stacks --names --stacks "${stacks_file:-stacks.yaml}" 2>/dev/null)" -- "$cur"))
-            return 0 ;;
-        --instance-type)
-            COMPREPLY=($(compgen -W "$("${runner[@]}" stacks --instance-types 2>/dev/null)" -- "$cur"))
-            return 0 ;;
-        --launcher)
-            COMPREPLY=($(compgen -W "$("${runner[@]}" stacks --launchers 2>/dev/null)" -- "$cur"))
-            return 0 ;;
-        --scheduler|--kind|--rdzv)
-            COMPREPLY=($(compgen -W "$("${runner[@]}" stacks --values "${prev#--}" 2>/dev/null)" -- "$cur"))
-            return 0 ;;
         --stacks|--metadata-file|--ca-bundle|--output)
             COMPREPLY=($(compgen -f -- "$cur"))
             return 0 ;;
+        --*)
+            # the values the option's declaration gives (the stacks file's stacks, the instance
+            # table's types, the launchers, a writer's kinds or rank starters...); none for an
+            # option that takes any value, and then invoke's own completion below
+            local values
+            values="$("${runner[@]}" stacks --values "${prev#--}" --stacks "${stacks_file:-stacks.yaml}" 2>/dev/null)"
+            if [ -n "$values" ]; then
+                COMPREPLY=($(compgen -W "$values" -- "$cur"))
+                return 0
+            fi ;;
     esac
     COMPREPLY=($(compgen -W "$("${runner[@]}" --complete -- "${words[@]}" 2>/dev/null)" -- "$cur"))
 }

@@ -536,9 +536,10 @@ def test_completion_of_instance_types_and_launchers():
 
 def test_completion_of_scheduler_kind_and_rdzv_values():
     """Issue 25: nothing was offered after --scheduler, --kind or --rdzv; the values come from
-    the lists the tasks check them against."""
-    from matrix.jobs.explain import RDZV_BACKENDS, SCHEDULERS
-    from matrix.jobs.k8s import KINDS
+    the options' declarations, which the tasks check them against (issue 42)."""
+    from matrix.jobs.explain import SCHEDULERS
+    from matrix.jobs.k8s import KINDS, RDZV_BACKENDS
+    from matrix.jobs.sbatch import RANKS
 
     assert complete("invoke", "explain", "--scheduler", "''") == list(SCHEDULERS)
     assert complete("./dev", "invoke", "explain", "--scheduler", "=", "py") == ["pytorchjob"]
@@ -546,11 +547,25 @@ def test_completion_of_scheduler_kind_and_rdzv_values():
     assert complete("mnp-stacks", "k8s", "--kind", "m") == ["mpijob"]
     assert complete("invoke", "explain", "--rdzv", "etcd") == [
         b for b in RDZV_BACKENDS if b.startswith("etcd")]
+    assert complete("invoke", "sbatch", "--ranks", "''") == list(RANKS)
+
+
+def test_every_declared_option_with_values_completes_them():
+    """Completion reads every writer's declarations: no list of options in the script."""
+    from matrix.cli import jobtasks
+    from matrix.jobs.runopts import flags
+
+    for flag, option in flags(jobtasks.all_options()).items():
+        values = option.values(str(ROOT / "stacks.yaml"))
+        if values and flag != "--stack":
+            assert complete("invoke", "explain" if flag == "--scheduler" else "jobdef"
+                            if flag in ("--launcher", "--instance-type") else "k8s"
+                            if flag in ("--kind", "--rdzv") else "sbatch", flag, "''") == values
 
 
 def test_values_of_an_option_it_does_not_know_is_one_line():
     line = one_error_line(invoke("stacks", "--values", "schedulr"), USAGE)
-    assert "--values schedulr: one of scheduler, rdzv, kind; did you mean scheduler?" in line
+    assert "--values schedulr: no task declares --schedulr; did you mean --scheduler?" in line
 
 
 def test_completion_reads_the_stacks_file_given_with_an_equals_sign(tmp_path):
