@@ -4,6 +4,7 @@ them, and the entrypoint's copy held equal to the table."""
 from __future__ import annotations
 
 import json
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,42 @@ def test_the_floors_say_how_and_forward_compatibility_only_where_it_can_matter()
     p4d = drivers.driver_floor(stacks["cuda11.7-efa"])
     assert p4d.toolkit == "515.65.01" and "forward compatibility" not in p4d.line()
     new = drivers.driver_floor(stacks["cuda13.2-tcp"])
-    assert "forward-compatibility.html" in new.line() and "R535 or R570" in new.line()
+    today = date.today().isoformat()
+    assert "forward-compatibility.html" in new.line()
+    assert f"below it no forward compatibility on {today}" in new.line() or \
+        f"not past their end of life on {today}" in new.line()  # the branches of this day
+
+
+def test_explains_note_says_which_branches_qualify_on_the_day():
+    """Issue 44: forward compatibility only from an LTSB or Production branch not past its end
+    of life; every branch NVIDIA still supports on 2026-11-29 (R580, R595, R620) meets CUDA 13's
+    floor, so none is offered then; before R570's end of life R570 and R535 were."""
+    data = drivers.load_drivers()
+    late = drivers.forward_compat_text(data, "580", date(2026, 11, 29))
+    assert late.startswith("; below it no forward compatibility on 2026-11-29: ")
+    assert "R570 (Production Branch, end of life February 2026), R535 (Long Term Support " \
+           "Branch, end of life June 2026), do not qualify" in late
+    assert "every branch that does (R620, R595, R580) meets it" in late
+    early = drivers.forward_compat_text(data, "580", date(2026, 1, 15))
+    assert "a host driver of branch R570 or R535 (the branches below it not past their end of " \
+           "life on 2026-01-15)" in early
+    assert drivers.forward_compat_text(data, "525.60.13", date(2026, 1, 15)) == ""
+
+
+def test_every_branch_of_nvidias_support_matrix_with_its_end_of_life():
+    """The 620 edition of NVIDIA's data center support matrix (Table 2): R580 LTSB to June 2028
+    (not August, as the R580 edition had it), R595 Production Branch to March 2027, R620 LTSB to
+    September 2029; the branches earlier editions listed keep their dates and editions."""
+    data = drivers.load_drivers()
+    branches = {name: (b["designation"], b["end_of_life"]) for name, b in data["branches"].items()}
+    assert {name: branches[name] for name in ("580", "595", "620")} == {
+        "580": ("Long Term Support Branch", "2028-06"), "595": ("Production Branch", "2027-03"),
+        "620": ("Long Term Support Branch", "2029-09")}
+    assert branches["535"] == ("Long Term Support Branch", "2026-06")
+    assert branches["570"] == ("Production Branch", "2026-02")
+    assert "/drivers/620/supported-drivers-and-cuda-toolkit-versions.html" in \
+        data["branches_source"]
+    assert all("edition" in b["source"] for b in data["branches"].values())
 
 
 def test_a_cuda_release_without_an_entry_takes_its_family_or_is_an_error(tmp_path):
@@ -94,9 +130,14 @@ def test_the_entrypoints_copy_is_the_tables():
     for major, family in data["families"].items():
         assert ep_driver.floor(f"{major}.99")[0] == family["minimum"], major
     fc = data["forward_compatibility"]
-    assert tuple(fc["branches"]) == ep_driver.COMPAT_BRANCHES
+    assert {name: (b["designation"], b["end_of_life"]) for name, b in data["branches"].items()} \
+        == ep_driver.BRANCHES
+    assert tuple(fc["designations"]) == ep_driver.COMPAT_DESIGNATIONS
     assert tuple(fc["dirs"]) == ep_driver.COMPAT_DIRS
-    assert fc["branches_source"].split()[0] in ep_driver.BRANCHES_SOURCE
+    matrix_url = next(w for w in data["branches_source"].split() if w.startswith("https://"))
+    assert ep_driver.BRANCHES_SOURCE.startswith(matrix_url)
+    for day in (date(2026, 1, 15), date(2026, 11, 29), date(2027, 4, 1), date(2029, 10, 1)):
+        assert drivers.qualifying_branches(data, day) == ep_driver.qualifying_branches(day)
     assert fc["gpus_source"].split()[0] in ep_driver.COMPAT_SOURCE
 
 
@@ -158,3 +199,9 @@ def test_invoke_explain_names_every_cuda_stacks_floor_with_its_source():
         seen += 1
         assert f"NVIDIA driver >= {floor.minimum}" in shown and floor.source in shown, name
     assert seen >= 4
+
+
+def test_the_equality_check_fails_on_a_changed_end_of_life(monkeypatch):
+    monkeypatch.setitem(ep_driver.BRANCHES, "580", ("Long Term Support Branch", "2028-08"))
+    with pytest.raises(AssertionError):
+        test_the_entrypoints_copy_is_the_tables()

@@ -291,7 +291,8 @@ def test_dl1_says_it_left_karpenters_table_where_users_pick_it():
     assert "[karpenter-v1-14] no dl1 Family" in row.source
     assert "website/content/en/v1.13/reference/instance-types.md" in row.source
     assert "since v1.14" in row.notice and "listed up to v1.13" in row.notice
-    assert [name for name, r in INSTANCE_TYPES.items() if r.notice] == ["dl1.24xlarge"]
+    assert sorted(name for name, r in INSTANCE_TYPES.items() if r.notice) == [
+        "dl1.24xlarge", "p3.16xlarge"]
     # a Batch tag holds it whole (spec.BATCH_TAG_MAX)
     assert spec.batch_tags([row.notice])["mnp:notice-1"].endswith("dl1.24xlarge")
 
@@ -305,7 +306,7 @@ def test_dl1_says_it_left_karpenters_table_where_users_pick_it():
     rows = {s["name"]: s for s in json.loads(proc.stdout)["stacks"]}
     assert rows["synapseai1.6-efa"]["notices"] == [row.notice]
     assert all(not r["notices"] for name, r in rows.items()
-               if "dl1.24xlarge" not in r["instances"])
+               if not {"dl1.24xlarge", "p3.16xlarge"} & set(r["instances"]))
     text = invoke("stacks", env={"COLUMNS": "100"}).stdout
     block = text.split("\nsynapseai1.6-efa:")[1].split("\n\n")[0]
     assert "notice:     dl1.24xlarge is gone from Karpenter's" in block
@@ -318,6 +319,32 @@ def test_dl1_says_it_left_karpenters_table_where_users_pick_it():
     told = invoke("explain", "--stack", "synapseai1.6-efa", "--nodes", "2", "--instance-type",
                   "dl1.24xlarge", "--json")
     assert row.notice in json.loads(told.stdout)["notes"], told.stdout[-2000:]
+
+
+def test_p3_says_it_left_karpenters_table_where_users_pick_it():
+    """Issue 44: Karpenter's reference lists p3.16xlarge up to v1.12 and not from v1.13.0 on,
+    one release before dl1.24xlarge left it; cuda10.1-tcp targets it. Its row carries a notice
+    like dl1's, which `invoke stacks` shows under the stacks that list it and a job carries."""
+    from matrix.cli.deploy import notices_for
+    from matrix.jobs import spec
+    from tests.test_cli import invoke
+
+    row = get_instance_type("p3.16xlarge")
+    assert "[karpenter-v1-13] no p3 Family" in row.source
+    assert "instance-memory 499712" in row.source and row.memory_mib == 499712
+    sources = yaml.safe_load((ROOT / "matrix/model/instances.yaml").read_text())["sources"]
+    assert "blob/fe623d537f85b0e6a69fc3eebc3692f80efda891/website/content/en/v1.13/" in \
+        sources["karpenter-v1-13"]
+    assert "since v1.13" in row.notice and "listed up to v1.12" in row.notice
+    assert spec.batch_tags([row.notice])["mnp:notice-1"].endswith("p3.16xlarge")
+    matrix = load_matrix(ROOT / "stacks.yaml")
+    users = [name for name, stack in matrix.stacks.items() if "p3.16xlarge" in stack.instances]
+    assert "cuda10.1-tcp" in users
+    for name in users:
+        assert row.notice in notices_for(matrix.stacks[name], "p3.16xlarge")
+        assert row.notice not in notices_for(matrix.stacks[name])
+    rows = {s["name"]: s for s in json.loads(invoke("stacks", "--json").stdout)["stacks"]}
+    assert row.notice in rows["cuda10.1-tcp"]["notices"]
 
 
 # aws-ofi-nccl topology/p4de-24xl-topo.xml: GPU 0..7 and NIC 0..3 (vendor 0x1d0f, device 0xefa0).

@@ -38,10 +38,12 @@ INFRASTRUCTURE = "infrastructure"
 SIGNAL = "signal"
 
 SOURCES = {
-    "pytorchjob": "kubeflow/training-operator pkg/util/train/train_util.go at commit "
-                  "07a4a89697d80501695ae59f2d9a22aa27fd5044, IsRetryableExitCode (exitCode >= 128), "
-                  "used by pkg/controller.v1/common/pod.go under restartPolicy ExitCode (a failed "
-                  "pod with such a code is deleted and created again; 1-127 are permanent)",
+    "pytorchjob": "kubeflow/training-operator v1.8.0 (commit "
+                  "f8687ca7fd947e6ebd52dde4dfeefdf006e7b239) pkg/util/train/train_util.go "
+                  "IsRetryableExitCode (exitCode >= 128), used by pkg/controller.v1/common/pod.go "
+                  "under restartPolicy ExitCode: a failed pod with such a code is deleted and "
+                  "created again, one with 1-127 fails the job (from v1.8.0 on: "
+                  "https://github.com/kubeflow/trainer/pull/2071)",
     "batch": "https://docs.aws.amazon.com/batch/latest/APIReference/API_EvaluateOnExit.html "
              "(onExitCode: a glob on the decimal exit code; onStatusReason; action RETRY | EXIT) "
              "and https://docs.aws.amazon.com/batch/latest/userguide/job_retries.html",

@@ -18,8 +18,10 @@ from .base import Launch, LaunchRequest, Unit, program_tail
 TORCHRUN_MIN = ">=1.9.0"  # torch.distributed.run (torchelastic) ships from PyTorch 1.9.0
 SOURCE = ("https://pytorch.org/docs/1.9.0/elastic/run.html (torch.distributed.run, new in "
           "1.9.0); https://pytorch.org/docs/1.10.0/elastic/run.html (torchrun script)")
-PET_SOURCE = ("torch/distributed/argparse_util.py (env action: every torchrun option also "
-              "reads PET_<OPTION>)")
+PET_SOURCE = ("torch/distributed/run.py and argparse_util.py (the options declared with the env "
+              "or check_env action also read PET_<OPTION>: most of them, not --logs-specs or "
+              "--numa-binding; https://github.com/pytorch/pytorch/blob/"
+              "010929fd3f401c3868310396e6a91ed95aa0305b/torch/distributed/run.py)")
 
 
 class Torchrun(Unit):
@@ -57,8 +59,8 @@ UNIT = Torchrun()
 
 
 def clear_pet(environment: Dict[str, str]) -> List[str]:
-    """torchrun reads every option from ``PET_<OPTION>`` too: when the entrypoint writes
-    torchrun's command line, the scheduler's ``PET_*`` values leave the command's environment,
+    """torchrun reads most options from ``PET_<OPTION>`` too (PET_SOURCE): when the entrypoint
+    writes torchrun's command line, the scheduler's ``PET_*`` values leave the command's environment,
     so no option comes from two places (single-node flags plus an inherited
     ``PET_RDZV_ENDPOINT`` would join every node's world into one store)."""
     cleared = sorted(name for name in environment if name.startswith("PET_"))

@@ -21,17 +21,22 @@ Probed (``probe``, into the node facts):
 Decided (``apply``, a pure function of the facts, in the plan): the driver's floor for the
 image's CUDA (``FLOORS``: the minimum under minor-version compatibility from CUDA 11, the
 toolkit's own driver before it). Below it, forward compatibility is used where NVIDIA supports it
-(a data center GPU, a host driver branch of ``COMPAT_BRANCHES``, compat libraries new enough): the
-compat folder goes first on ``LD_LIBRARY_PATH`` for the ranks, with a note. Otherwise the plan
-has a PROBLEM naming this node, the driver found, the floor and its source: a real run stops
-there with the configuration class (exit 2, not retried), because every host of the same AMI has
-the same driver, so a retry on another host of the compute environment fails the same way.
+(a data center GPU, a host driver branch of NVIDIA's support matrix (``BRANCHES``) that is a Long
+Term Support or Production branch not past its end of life on the day of the run, compat
+libraries new enough): the compat folder goes first on ``LD_LIBRARY_PATH`` for the ranks, with a
+note. Otherwise the plan has a PROBLEM naming this node, the driver found, the floor and its
+source, and why not (an end-of-life branch is named with its date): a real run stops there with
+the configuration class (exit 2, not retried), because every host of the same AMI has the same
+driver, so a retry on another host of the compute environment fails the same way. A driver that
+meets the floor on a branch past its end of life is a note saying so.
 
 ``MNP_DRIVER_CHECK=warn`` makes that problem a note; ``off`` skips the check.
 
-The floors are matrix/model/drivers.yaml's (tests/test_drivers.py holds the two equal).
+The floors and branches are matrix/model/drivers.yaml's (tests/test_drivers.py holds the two
+equal).
 """
 
+import datetime
 import glob
 import json
 import os
@@ -59,13 +64,27 @@ FLOORS = {
 COMPAT_SOURCE = ("https://docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html "
                  "section \"Forward Compatibility Support Across Major Toolkit Versions\" "
                  "(NVIDIA Data Center GPUs, select NGC Server Ready RTX SKUs and Jetson only)")
-# Host driver branches NVIDIA supports forward compatibility from: its data center driver
-# support matrix (LTSB and Production branches not at end of life when it was read; the
-# matrix/model/drivers.yaml entry names each branch's end of life).
-COMPAT_BRANCHES = ("535", "570")
-BRANCHES_SOURCE = ("https://docs.nvidia.com/datacenter/tesla/drivers/"
+# NVIDIA's data center driver branches: branch -> (designation, end of life as YYYY-MM), every
+# branch of its support matrix (the edition of BRANCHES_SOURCE) and those earlier editions listed
+# (matrix/model/drivers.yaml `branches`, each with its edition). Forward compatibility is offered
+# from a branch of COMPAT_DESIGNATIONS not past its end of life on the day of the run; a branch
+# is past it from the first day of the month after the one NVIDIA gives.
+LTSB, PB, NFB = "Long Term Support Branch", "Production Branch", "New Feature Branch"
+BRANCHES = {
+    "620": (LTSB, "2029-09"),
+    "595": (PB, "2027-03"),
+    "580": (LTSB, "2028-06"),
+    "610": (NFB, "2026-08"),
+    "570": (PB, "2026-02"),
+    "535": (LTSB, "2026-06"),
+}
+COMPAT_DESIGNATIONS = (LTSB, PB)
+BRANCHES_SOURCE = ("https://docs.nvidia.com/datacenter/tesla/drivers/620/"
                    "supported-drivers-and-cuda-toolkit-versions.html Table 2 \"CUDA and Drivers\" "
-                   "(R535 LTSB, R570 Production Branch, R580 LTSB)")
+                   "(edition 620: R580 LTSB to June 2028, R595 Production Branch to March 2027, "
+                   "R620 LTSB to September 2029; every branch not listed is end of life)")
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
+          "October", "November", "December")
 COMPAT_DIRS = ("/usr/local/cuda/compat", "/usr/local/cuda-*/compat")
 # GPU names as nvidia-smi prints them. Data center products (https://developer.nvidia.com/
 # cuda-gpus, "Data Center Products"); consumer and workstation names are never data center ones
@@ -146,7 +165,9 @@ def find_compat(root="/"):
 
 
 def probe(facts, environ, root, run, package_version):
-    """Fill the facts' driver fields (the driver only on a GPU node: nvidia-smi is the GPU's)."""
+    """Fill the facts' driver fields (the driver only on a GPU node: nvidia-smi is the GPU's),
+    and the day of the run (a driver branch's end of life is checked against it)."""
+    facts.run_date = datetime.date.today().isoformat()
     facts.cuda_version, facts.cuda_source = image_cuda(environ, root, package_version)
     facts.cuda_compat = find_compat(root)
     if facts.gpus:
@@ -179,18 +200,65 @@ def datacenter(name):
     return bool(DATACENTER_RE.search(name)) and not CONSUMER_RE.search(name)
 
 
-def compat_refusal(driver, gpu_names, compat, minimum):
-    """Why forward compatibility cannot carry this node (``None``: it can)."""
+def run_day(facts):
+    """The day of the run: the facts' (probed at start), else today."""
+    try:
+        return datetime.datetime.strptime(facts.run_date or "", "%Y-%m-%d").date()
+    except (TypeError, ValueError):
+        return datetime.date.today()
+
+
+def month_words(month):
+    """``2026-06`` -> ``June 2026``."""
+    year, number = month.split("-")
+    return "%s %s" % (MONTHS[int(number) - 1], year)
+
+
+def past_end_of_life(host, day):
+    """Whether branch ``host`` is past its end of life on ``day`` (a branch the matrix does not
+    list is: NVIDIA's note under its table)."""
+    found = BRANCHES.get(host)
+    if found is None:
+        return True
+    year, month = (int(part) for part in found[1].split("-"))
+    return (day.year, day.month) > (year, month)
+
+
+def qualifying_branches(day):
+    """The branches forward compatibility is offered from on ``day``, newest first."""
+    return [name for name in sorted(BRANCHES, key=int, reverse=True)
+            if BRANCHES[name][0] in COMPAT_DESIGNATIONS and not past_end_of_life(name, day)]
+
+
+def branch_refusal(host, day):
+    """Why forward compatibility is not offered from driver branch ``host`` on ``day``
+    (``None``: it is)."""
+    found = BRANCHES.get(host)
+    if found is None:
+        return ("driver branch R%s is not in NVIDIA's data center driver support matrix, which "
+                "holds every branch it does not list end of life [%s]" % (host, BRANCHES_SOURCE))
+    designation, end = found
+    if designation not in COMPAT_DESIGNATIONS:
+        return ("driver branch R%s is a %s, and forward compatibility is offered from %s "
+                "branches only [%s]" % (host, designation, " and ".join(COMPAT_DESIGNATIONS),
+                                        BRANCHES_SOURCE))
+    if past_end_of_life(host, day):
+        return ("driver branch R%s (%s) reached its end of life in %s, before %s [%s]"
+                % (host, designation, month_words(end), day.isoformat(), BRANCHES_SOURCE))
+    return None
+
+
+def compat_refusal(driver, gpu_names, compat, minimum, day=None):
+    """Why forward compatibility cannot carry this node on ``day`` (``None``: it can)."""
+    why = branch_refusal(branch(driver), day or datetime.date.today())
+    if why:
+        return why
     if compat is None:
         return ("the image carries no CUDA forward-compatibility libraries (libcuda.so.* in %s)"
                 % " or ".join(COMPAT_DIRS))
     if not _at_least(compat["driver"], minimum):
         return ("the image's forward-compatibility libraries (%s, driver %s) are older than %s"
                 % (compat["dir"], compat["driver"], minimum))
-    host = branch(driver)
-    if host not in COMPAT_BRANCHES:
-        return ("forward compatibility is supported from the R%s driver branches only, not R%s "
-                "[%s]" % (", R".join(COMPAT_BRANCHES), host, BRANCHES_SOURCE))
     if not gpu_names:
         return "the GPU model is unknown (nvidia-smi -L named none)"
     others = sorted(set(n for n in gpu_names if not datacenter(n)))
@@ -224,10 +292,16 @@ def check(facts, mode="on"):
     compared = ("NVIDIA driver %s (%s) vs CUDA %s (%s): needs >= %s [%s]"
                 % (facts.driver_version, facts.driver_source, facts.cuda_version,
                    facts.cuda_source, minimum, source))
+    day = run_day(facts)
     if _at_least(facts.driver_version, minimum):
-        record.update(verdict="ok", line=compared + ": met")
+        host = branch(facts.driver_version)
+        ended = (" (driver branch R%s reached its end of life in %s: NVIDIA no longer fixes it [%s])"
+                 % (host, month_words(BRANCHES[host][1]), BRANCHES_SOURCE)
+                 if host in BRANCHES and past_end_of_life(host, day) else "")
+        record.update(verdict="ok", line=compared + ": met" + ended)
         return record
-    why_not = compat_refusal(facts.driver_version, facts.gpu_names, facts.cuda_compat, minimum)
+    why_not = compat_refusal(facts.driver_version, facts.gpu_names, facts.cuda_compat, minimum,
+                             day)
     if why_not is None:
         record.update(verdict="compat", compat_dir=facts.cuda_compat["dir"],
                       line="%s: below it, so CUDA forward compatibility is used: %s (driver %s) "

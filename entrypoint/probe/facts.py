@@ -59,7 +59,7 @@ FIELDS = ("instance_type", "instance_source", "gpus", "gpu_names", "hpus", "efa_
           "slots_source", "versions", "version_sources", "binaries", "plugin_path",
           "plugin_ofi_only", "hccl_wrapper", "libdirs", "is_root", "user", "home", "origin",
           "shm_bytes", "memlock", "driver_version", "driver_source", "cuda_version",
-          "cuda_source", "cuda_compat")
+          "cuda_source", "cuda_compat", "run_date")
 
 
 class NodeFacts(object):
@@ -95,6 +95,7 @@ class NodeFacts(object):
         self.driver_version = self.driver_source = None  # NVIDIA driver (probe.driver)
         self.cuda_version = self.cuda_source = None  # the image's CUDA (probe.driver)
         self.cuda_compat = None  # {"dir", "driver"}: CUDA forward-compatibility libraries
+        self.run_date = None  # YYYY-MM-DD, the day of the run (probe.driver: end of life)
         for key, value in kwargs.items():
             if key not in FIELDS:
                 raise TypeError("unknown NodeFacts field %s" % key)

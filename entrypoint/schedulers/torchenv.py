@@ -1,7 +1,10 @@
 """Readers shared by the Kubeflow adapters (PyTorchJob, TrainJob): torchrun's ``PET_*`` values.
 
-torchrun reads every option from ``PET_<OPTION>`` (``torch/distributed/argparse_util.py``, the
-``env`` action), which is how the Kubeflow controllers drive it without arguments.
+torchrun reads most of its options from ``PET_<OPTION>`` too: those ``torch/distributed/run.py``
+declares with ``torch/distributed/argparse_util.py``'s ``env`` or ``check_env`` action (``--nnodes``,
+``--nproc-per-node``, the rendezvous options, ``--max-restarts``...; not ``--logs-specs`` or
+``--numa-binding``, TORCHRUN_SOURCE's run.py), which is how the Kubeflow controllers drive it
+without arguments.
 """
 
 import re

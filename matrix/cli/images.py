@@ -86,9 +86,22 @@ def build_metadata(result: Plan, names: list[str], results: list[Any], started: 
 
 
 def ref(stacks_file: str, stacks: Any) -> str:
+    """The stack's final reference. Its first layer's tag hashes the base's content (its digest
+    or local image ID, matrix/image/plan.py): a base not resolved here (no engine answers, or it
+    is not local yet) would give a tag that no build ever makes, so that is refused, unless
+    stacks.yaml pins the base by digest (then no engine is needed)."""
     matrix = load(stacks_file)
     stack = one_stack(matrix, stacks)
-    final = plan(matrix, [stack]).chains[stack][-1]
+    result = plan(matrix, [stack])
+    base = result.bases.get(matrix.stack(stack).base.name)
+    if base is not None and not base.digest:
+        first = ("start the engine (`invoke engine`)" if base.client_missing else
+                 f"run `invoke build --stack {stack}` (it pulls or bootstraps the base)")
+        raise UserError(
+            f"stack {stack}: its base {base.image} is {base.source}, so its reference cannot be "
+            f"known (the tags hash the base's content, matrix/image/plan.py); {first}, or pin "
+            f"the base by digest in {stacks_file} (image@sha256:...)")
+    final = result.chains[stack][-1]
     print(final)
     return final
 
@@ -132,17 +145,22 @@ SBOM_DIR = BUILD_METADATA.parent / "sbom"
 
 
 def sbom(stacks_file: str, stacks: Any, output: str | None) -> str:
-    """The CycloneDX JSON of a built stack's image: to ``output`` (whole or not at all) or stdout."""
+    """The CycloneDX JSON of a built stack's image: to ``output`` (whole or not at all) or stdout.
+
+    ``--output`` is checked before the engine is asked anything, as the job writers check theirs
+    (matrix/cli/output.py): a folder, a device or a missing folder is a usage error, exit 2."""
+    from matrix.cli import output as outputs
     from matrix.image import engine
     from matrix.image import sbom as bom
 
     matrix = load(stacks_file)
     stack = one_stack(matrix, stacks)
+    target = outputs.output_path(output, f"{stack}.cdx.json") if output else None
     client = engine.ensure()
     result = plan(matrix, [stack], engine=client)
     text = bom.of_image(client, matrix, matrix.stack(stack), result.chains[stack][-1])
-    if output:
-        write_whole(Path(output), text)
+    if target is not None:
+        outputs.write_whole(target, text, str(output))
         print(f"{stack}: CycloneDX 1.6 SBOM written to {output}")
     else:
         print(text, end="")

@@ -10,9 +10,12 @@ A stack is a chain of layer images, each tagged by the hash of its build inputs
 
 After each push the manifest digest is read back from the registry through the engine and must
 equal the digest the engine reported. The final image must have passed its tests
-(:mod:`matrix.image.testrecord`) unless ``force`` is given. Transient registry failures are retried with
-exponential backoff; a registry that stays down ends the push with one :class:`UserError`, and
-running the push again later resumes where it stopped (finished tags are skipped).
+(:mod:`matrix.image.testrecord`) unless ``force`` is given. Registry errors go by kind
+(matrix/image/registry.py ``classify``): only a busy or unreachable registry (5xx, 429, a refused,
+lost or timed-out connection) is retried with exponential backoff; a registry that stays down
+ends the push with one :class:`UserError`, and running the push again later resumes where it
+stopped (finished tags are skipped). A refusal (405, ``denied``, ``unsupported``, any other 4xx)
+or a registry host whose name does not resolve ends it at once, in one line.
 
 Every registry call goes through the engine, so a registry that accepts a blob upload and never
 answers shows up as an engine call with no progress: each call runs with a read timeout of
@@ -39,20 +42,13 @@ from docker.utils import parse_repository_tag
 
 from matrix.deploy import ecr
 from matrix.errors import UserError
+from matrix.image import registry as reg
 from matrix.image.testrecord import DEFAULT_STATE_DIR, has_passed
 
 Log = Callable[[str], None]
 
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(?::\d+)?(?:/[a-z0-9._/-]+)?$")
-# Push errors that retrying cannot fix.
-_PERMANENT = re.compile(
-    r"denied|unauthorized|authentication required|no basic auth credentials|"
-    r"name unknown|repository .* not found|manifest invalid|blob unknown to registry",
-    re.IGNORECASE,
-)
-
-
 @dataclass(frozen=True)
 class RetryPolicy:
     """Exponential backoff for transient registry errors: ``attempts`` tries in all, waiting
@@ -232,13 +228,22 @@ def _prepare_target(registry: str, repos: Iterable[str], ecr_client: Any, log: L
     return _Target(base, auth)
 
 
-def _classify(message: str) -> Exception:
-    """The exception a registry error message stands for."""
+def _classify(message: str, target: _Target, doing: str, status: int = 0) -> Exception:
+    """The exception a registry error ``message`` stands for while ``doing`` (matrix/image/
+    registry.py classify): only a busy or unreachable registry (5xx, 429, a refused, lost or
+    timed-out connection) is :class:`_Transient`; a refusal (405, ``denied``, ``unsupported``,
+    any other 4xx) or an unknown host is one UserError at once, since no retry changes it."""
     if ecr.is_already_exists_error(message):
         return _TagExists(message)
-    if _PERMANENT.search(message):
-        return UserError(f"registry refused the push: {message}")
-    return _Transient(message)
+    found = reg.classify(message, status)
+    if found.retried:
+        return _Transient(f"registry {target.base} answered {found.reason}")
+    if found.kind == reg.UNKNOWN_HOST:
+        return UserError(f"registry host {reg.host(target.base)} is unknown: "
+                         f"{found.reason}; check --registry {target.base}")
+    hint = (f"; check the credentials (`{reg.login_hint(target.base)}`) and the "
+            f"repository's permissions" if found.kind in (reg.AUTH, reg.DENIED) else "")
+    return UserError(f"registry {target.base} refused {doing}: {found.reason}{hint}")
 
 
 def _remote_digest(client: docker.DockerClient, ref: str, target: _Target,
@@ -250,7 +255,9 @@ def _remote_digest(client: docker.DockerClient, ref: str, target: _Target,
     except docker.errors.NotFound:
         return None
     except docker.errors.APIError as exc:
-        raise _classify(str(exc.explanation or exc)) from None
+        status = exc.response.status_code if exc.response is not None else 0
+        raise _classify(str(exc.explanation or exc), target, f"reading the manifest of {ref}",
+                        status) from None
     except _NO_ANSWER as exc:
         raise _stalled(exc, target.base, f"reading the manifest of {ref}", stall_s) from None
 
@@ -265,7 +272,8 @@ def _push_once(
         with _stall_timeout(client, stall_s):
             digest, blobs = _push_events(client, remote_repo, tag, target)
     except docker.errors.APIError as exc:
-        raise _classify(str(exc.explanation or exc)) from None
+        raise _classify(str(exc.explanation or exc), target,
+                        f"the push of {remote_repo}:{tag}") from None
     except _NO_ANSWER as exc:
         raise _stalled(exc, target.base, f"pushing {remote_repo}:{tag}", stall_s) from None
     if digest is None:
@@ -284,7 +292,7 @@ def _push_events(
     for event in stream:
         if "error" in event:
             detail = event.get("errorDetail", {}).get("message") or event["error"]
-            raise _classify(str(detail))
+            raise _classify(str(detail), target, f"the push of {remote_repo}:{tag}")
         if event.get("status") == "Pushed":
             blobs += 1
         aux = event.get("aux") or {}
@@ -306,7 +314,7 @@ def _retrying(action: Callable[[], Any], what: str, policy: RetryPolicy, log: Lo
                     f"{what} failed after {policy.attempts} attempts: {exc} "
                     "(tags already pushed stay; run the push again when the registry is back)"
                 ) from None
-            log(f"  registry error ({exc}); retrying in {delay:g}s")
+            log(f"  {exc}; retrying in {delay:g}s")
             time.sleep(delay)
 
 

@@ -42,6 +42,8 @@ PARENT_LABEL = f"{LABEL_PREFIX}.parent"
 # On a bootstrapped base: the hash of its recipe (matrix/image/bootstrap.py).
 from matrix.model.entities import RECIPE_LABEL  # noqa: E402,F401 (plan.RECIPE_LABEL: read here)
 
+NO_ENGINE = "unresolved: no Docker engine answers"
+
 
 @dataclass(frozen=True)
 class BaseDigest:
@@ -50,6 +52,11 @@ class BaseDigest:
     image: str
     digest: str = ""
     source: str = "unresolved"
+
+    @property
+    def client_missing(self) -> bool:
+        """Unresolved because no engine answered (not because the base is not local yet)."""
+        return self.source == NO_ENGINE
 
     @property
     def identity(self) -> str:
@@ -68,7 +75,7 @@ def resolve_base(client: Any, base: Base) -> BaseDigest:
     if pinned:
         return BaseDigest(base.image, pinned, "pinned in stacks.yaml")
     if client is None:
-        return BaseDigest(base.image, "", "unresolved: no Docker engine answers")
+        return BaseDigest(base.image, "", NO_ENGINE)
     try:
         image = client.images.get(base.image)
     except ImageNotFound:

@@ -1,14 +1,25 @@
 """A CycloneDX bill of materials of a built stack, read from the image itself.
 
-Three sources, each what the image really holds rather than what the matrix meant it to:
+One entry per installed thing, each what the image really holds rather than what the matrix
+meant it to:
 
 - dpkg's status file (``/var/lib/dpkg/status``): every Debian package installed, as
   ``pkg:deb/<debian|ubuntu>/<name>@<version>?arch=<arch>``;
-- every Python distribution's metadata, listed by ``importlib.metadata`` inside a container of the
-  image (``pkg:pypi/<name>@<version>``), with the sha256 stacks.yaml pins for it where it pins one
-  (an sdist such as DeepSpeed's is built from source in the image: its property says so);
-- every component the matrix downloads and builds from source (``download: {url, sha256}`` in
-  stacks.yaml), with that URL as its distribution reference and that sha256 as its hash.
+- every Python distribution's metadata folder on the image's ``sys.path`` (``*.dist-info``,
+  ``*.egg-info``), read inside a container of the image. One whose folder a Debian package owns
+  (listed in ``/var/lib/dpkg/info/<package>.list``: ``python3-urllib3``, Debian's
+  ``python3-torch``) is that package's: it stays under the ``pkg:deb`` entry, named there in a
+  ``mnp-stacks:python-distribution`` property, and is never listed again as ``pkg:pypi``. A
+  scanner matching it to PyPI would report advisories Debian's revision already fixed, and
+  versions such as Debian torch's ``1.13.0a0+gitunknown`` are no PyPI release at all. Every other
+  distribution is ``pkg:pypi/<name>@<version>``, its name as the purl specification's pypi type
+  writes it (lower case, ``_`` as ``-``, dots kept: PURL_PYPI), with the sha256 stacks.yaml pins
+  for it where it pins one (an sdist such as DeepSpeed's is built from source in the image: its
+  property says so);
+- what the stack builds itself: every component the matrix downloads and builds from source
+  (``download: {url, sha256}`` in stacks.yaml), with that URL as its distribution reference and
+  that sha256 as its hash, and the project's entrypoint (the last layer of every stack), with
+  the digest of the files the image holds.
 
 The document is built and validated with cyclonedx-python-lib (https://github.com/CycloneDX/
 cyclonedx-python-lib), CycloneDX 1.6 (https://cyclonedx.org/docs/1.6/json/); a document that does
@@ -23,10 +34,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 import sys
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import docker
@@ -35,28 +47,93 @@ from matrix.errors import UserError
 from matrix.image.engine import ENGINE_FAULTS
 from matrix.model.entities import Matrix, Stack
 
-# Run inside the image: installed distributions' names and versions, as JSON on stdout.
-_PY_DISTRIBUTIONS = """
-import json, sys
-try:
-    from importlib import metadata
-except ImportError:
-    print("[]"); sys.exit(0)
-seen = {}
-for dist in metadata.distributions():
-    name = dist.metadata["Name"]
-    if name and name.lower() not in seen:
-        seen[name.lower()] = {"name": name, "version": dist.version,
-                              "license": dist.metadata.get("License") or ""}
-print(json.dumps(sorted(seen.values(), key=lambda d: d["name"].lower())))
+# The pypi purl type's name rule: "Replace underscore _ with dash -", case-insensitive so lower
+# case, and nothing about dots (they stay: zope.interface is pkg:pypi/zope.interface).
+PURL_PYPI = ("https://github.com/package-url/purl-spec/blob/v1.0.1/types/pypi-definition.json "
+             "(name_definition: normalization_rules, note)")
+# Where images/entrypoint/Dockerfile.j2 puts the entrypoint.
+ENTRYPOINT_LIB = "/opt/mnp/lib/entrypoint"
+ENTRYPOINT_BIN = "/usr/local/bin/mnp-entrypoint"
+
+# Run inside the image by its own python3 (3.6 and later: no importlib.metadata needed), as JSON
+# on stdout: every distribution's metadata folder on sys.path with its name, version and the
+# Debian package whose file list names that folder; and the digest of the entrypoint's files.
+_PY_CONTENTS = r"""
+import glob, hashlib, json, os, sys
+from email.parser import HeaderParser
+
+owners = {}
+for listing in glob.glob("/var/lib/dpkg/info/*.list"):
+    package = os.path.basename(listing)[:-len(".list")].split(":")[0]
+    try:
+        with open(listing, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                path = line.rstrip("\n")
+                if path.endswith((".dist-info", ".egg-info")):
+                    owners[path] = package
+    except OSError:
+        pass
+
+def metadata(path):
+    if path.endswith(".dist-info"):
+        path = os.path.join(path, "METADATA")
+    elif os.path.isdir(path):
+        path = os.path.join(path, "PKG-INFO")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return HeaderParser().parse(handle)
+    except OSError:
+        return None
+
+dists, seen = [], set()
+for folder in sys.path:
+    if not folder or not os.path.isabs(folder) or not os.path.isdir(folder):
+        continue
+    for entry in sorted(os.listdir(folder)):
+        if not entry.endswith((".dist-info", ".egg-info")):
+            continue
+        path = os.path.join(folder, entry)
+        real = os.path.realpath(path)
+        if real in seen:
+            continue
+        seen.add(real)
+        found = metadata(path)
+        if found is None or not found.get("Name"):
+            continue
+        dists.append({"name": found["Name"], "version": found.get("Version") or "",
+                      "path": path, "owner": owners.get(path) or owners.get(real) or ""})
+
+def tree_sha256(root):
+    found = []
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = [d for d in subfolders if d != "__pycache__"]
+        found += [os.path.relpath(os.path.join(folder, name), root) for name in files
+                  if not name.endswith(".pyc")]
+    digest = hashlib.sha256()
+    for rel in sorted(found):
+        with open(os.path.join(root, rel), "rb") as handle:
+            content = hashlib.sha256(handle.read()).hexdigest()
+        digest.update(("%s\0%s\n" % (rel, content)).encode())
+    return digest.hexdigest(), len(found)
+
+entrypoint = None
+lib, launcher = os.environ["MNP_SBOM_EP_LIB"], os.environ["MNP_SBOM_EP_BIN"]
+if os.path.isdir(lib) and os.path.isfile(launcher):
+    tree, files = tree_sha256(lib)
+    with open(launcher, "rb") as handle:
+        entrypoint = {"tree_sha256": tree, "files": files,
+                      "launcher_sha256": hashlib.sha256(handle.read()).hexdigest()}
+print(json.dumps({"dists": dists, "entrypoint": entrypoint}))
 """
 _SHELL = ("cat /var/lib/dpkg/status 2>/dev/null; echo '@@MNP-SBOM@@'; "
-          "if command -v python3 >/dev/null; then python3 -c \"$MNP_SBOM_PY\"; else echo '[]'; fi")
+          "if command -v python3 >/dev/null; then python3 -c \"$MNP_SBOM_PY\"; "
+          "else echo '{\"dists\": [], \"entrypoint\": null}'; fi")
 
 
 @dataclass(frozen=True)
 class Package:
-    """One installed thing: ``kind`` is deb, pypi or source."""
+    """One installed thing: ``kind`` is deb, pypi or source. A Python distribution's ``path`` is
+    its metadata folder and ``owner`` the Debian package that installed it ("" for pip's)."""
 
     kind: str
     name: str
@@ -65,12 +142,37 @@ class Package:
     url: str = ""
     sha256: str = ""
     built_from_source: bool = False
+    path: str = ""
+    owner: str = ""
 
 
-def read_image(client: docker.DockerClient, image: str) -> tuple[list[Package], list[Package]]:
-    """(Debian packages, Python distributions) installed in ``image``."""
+@dataclass(frozen=True)
+class EntrypointFiles:
+    """The entrypoint as the image holds it: ``tree_sha256``, the sha256 of one line
+    ``<relative path>\\0<sha256 of the file>\\n`` per file of ``ENTRYPOINT_LIB`` in sorted order
+    (``__pycache__`` and ``*.pyc`` left out, as the build context leaves them out), ``files`` the
+    number of them, and the sha256 of ``ENTRYPOINT_BIN``."""
+
+    tree_sha256: str
+    files: int
+    launcher_sha256: str
+
+
+@dataclass
+class ImageContents:
+    """What :func:`read_image` found: Debian packages, Python distributions, the entrypoint."""
+
+    debs: list[Package] = field(default_factory=list)
+    dists: list[Package] = field(default_factory=list)
+    entrypoint: EntrypointFiles | None = None
+
+
+def read_image(client: docker.DockerClient, image: str) -> ImageContents:
+    """The Debian packages, Python distributions and entrypoint installed in ``image``."""
     container = client.containers.create(image, ["sh", "-c", _SHELL], entrypoint=[],
-                                         environment={"MNP_SBOM_PY": _PY_DISTRIBUTIONS},
+                                         environment={"MNP_SBOM_PY": _PY_CONTENTS,
+                                                      "MNP_SBOM_EP_LIB": ENTRYPOINT_LIB,
+                                                      "MNP_SBOM_EP_BIN": ENTRYPOINT_BIN},
                                          network_disabled=True, user="0",
                                          labels={"io.github.mnp-stacks.sbom": "1"})
     try:
@@ -85,11 +187,14 @@ def read_image(client: docker.DockerClient, image: str) -> tuple[list[Package], 
         raise UserError(f"reading the packages of {image} failed (exit {status}): "
                         f"{output.strip().splitlines()[-1:] or 'no output'}")
     try:
-        dists = json.loads(python.strip() or "[]")
-    except json.JSONDecodeError:
+        found = json.loads(python.strip() or "{}")
+        dists = [Package("pypi", d["name"], d["version"], path=d["path"], owner=d["owner"])
+                 for d in found.get("dists", [])]
+        ep = found.get("entrypoint")
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
         raise UserError(f"reading the Python distributions of {image} failed: "
                         f"{python.strip()[:160]!r}") from None
-    return _dpkg_status(dpkg), [Package("pypi", d["name"], d["version"]) for d in dists]
+    return ImageContents(_dpkg_status(dpkg), dists, EntrypointFiles(**ep) if ep else None)
 
 
 def _dpkg_status(text: str) -> list[Package]:
@@ -124,18 +229,48 @@ def pip_pins(stack: Stack) -> dict[str, dict[str, str]]:
     for layer in stack.layers:
         for name, pin in (layer.spec.get("pip") or {}).items():
             if isinstance(pin, dict):
-                pins[_normal(name)] = pin
+                pins[_pep503(name)] = pin
     return pins
 
 
-def _normal(name: str) -> str:
-    return name.lower().replace("_", "-").replace(".", "-")
+def _pep503(name: str) -> str:
+    """The name pip compares (https://peps.python.org/pep-0503/#normalized-names): to match a
+    distribution with its pin in stacks.yaml, never as a purl name (PURL_PYPI)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def purl_pypi_name(name: str) -> str:
+    """A distribution's name as the purl specification's pypi type writes it (PURL_PYPI)."""
+    return name.lower().replace("_", "-")
+
+
+def split_by_owner(debs: list[Package], dists: list[Package]) -> tuple[dict[str, list[Package]],
+                                                                       list[Package]]:
+    """(the distributions each installed Debian package owns, by package name; the rest, once
+    per name and version): a distribution whose owner is not installed stays a PyPI one."""
+    installed = {deb.name for deb in debs}
+    owned: dict[str, list[Package]] = {}
+    rest: dict[tuple[str, str], Package] = {}
+    for dist in dists:
+        if dist.owner and dist.owner in installed:
+            owned.setdefault(dist.owner, []).append(dist)
+        else:
+            rest.setdefault((purl_pypi_name(dist.name), dist.version), dist)
+    return owned, list(rest.values())
 
 
 def document(matrix: Matrix, stack: Stack, image: str, image_id: str,
-             debs: list[Package], dists: list[Package], created: str = "") -> str:
+             debs: list[Package], dists: list[Package], created: str = "",
+             entrypoint: EntrypointFiles | None = None) -> str:
     """The CycloneDX 1.6 JSON document, validated against the schema."""
-    from cyclonedx.model import ExternalReference, ExternalReferenceType, HashType, Property, XsUri
+    from cyclonedx.model import (
+        ExternalReference,
+        ExternalReferenceType,
+        HashAlgorithm,
+        HashType,
+        Property,
+        XsUri,
+    )
     from cyclonedx.model.bom import Bom
     from cyclonedx.model.component import Component, ComponentType
     from cyclonedx.output.json import JsonV1Dot6
@@ -143,6 +278,7 @@ def document(matrix: Matrix, stack: Stack, image: str, image_id: str,
 
     distro = "ubuntu" if stack.base.os.startswith("ubuntu") else "debian"
     pins = pip_pins(stack)
+    owned, pypi = split_by_owner(debs, dists)
     # The same image gives the same document, byte for byte (a second push sends nothing): its
     # serial number is derived from the image ID and its timestamp is the image's creation time.
     bom = Bom(serial_number=uuid.uuid5(uuid.NAMESPACE_URL, f"mnp-stacks:sbom:{image_id}"))
@@ -154,28 +290,49 @@ def document(matrix: Matrix, stack: Stack, image: str, image_id: str,
                                       Property(name="mnp-stacks:base", value=stack.base.image)])
     for deb in debs:
         qualifiers = {"arch": deb.arch} if deb.arch else None
+        provides = [Property(name="mnp-stacks:python-distribution",
+                             value=f"{dist.name} {dist.version} ({dist.path})")
+                    for dist in owned.get(deb.name, [])]
         bom.components.add(Component(
             type=ComponentType.LIBRARY, name=deb.name, version=deb.version,
-            bom_ref=f"deb:{deb.name}@{deb.version}:{deb.arch}",
+            bom_ref=f"deb:{deb.name}@{deb.version}:{deb.arch}", properties=provides,
             purl=PackageURL("deb", distro, deb.name, deb.version, qualifiers)))
-    for dist in dists:
-        pin = pins.get(_normal(dist.name), {})
-        hashes = ([HashType.from_composite_str(f"sha256:{pin['sha256']}")]
+    for dist in pypi:
+        pin = pins.get(_pep503(dist.name), {})
+        hashes = ([HashType(alg=HashAlgorithm.SHA_256, content=pin["sha256"])]
                   if pin.get("sha256") and pin.get("version") == dist.version else [])
         properties = ([Property(name="mnp-stacks:built-from-source", value="sdist")]
                       if hashes and pin.get("tag") == "sdist" else [])
+        name = purl_pypi_name(dist.name)
         bom.components.add(Component(
             type=ComponentType.LIBRARY, name=dist.name, version=dist.version,
-            bom_ref=f"pypi:{_normal(dist.name)}@{dist.version}", hashes=hashes,
-            properties=properties, purl=PackageURL("pypi", None, _normal(dist.name), dist.version)))
+            bom_ref=f"pypi:{name}@{dist.version}", hashes=hashes, properties=properties,
+            purl=PackageURL("pypi", None, name, dist.version)))
     for source in source_components(stack):
-        hashes = [HashType.from_composite_str(f"sha256:{source.sha256}")] if source.sha256 else []
+        hashes = ([HashType(alg=HashAlgorithm.SHA_256, content=source.sha256)]
+                  if source.sha256 else [])
         bom.components.add(Component(
             type=ComponentType.LIBRARY, name=source.name, version=source.version,
             bom_ref=f"source:{source.name}@{source.version}", hashes=hashes,
             properties=[Property(name="mnp-stacks:built-from-source", value=source.url)],
             external_references=[ExternalReference(type=ExternalReferenceType.DISTRIBUTION,
                                                    url=XsUri(source.url), hashes=hashes)]))
+    layer = next((layer for layer in stack.layers if layer.component == "entrypoint"), None)
+    if layer is not None and entrypoint is not None:
+        bom.components.add(Component(
+            type=ComponentType.APPLICATION, name="mnp-entrypoint", version=layer.version,
+            bom_ref=f"project:entrypoint@{layer.version}",
+            description="the project's entrypoint (entrypoint/, images/entrypoint/Dockerfile.j2)",
+            properties=[
+                Property(name="mnp-stacks:built-from-source", value="project: entrypoint/"),
+                Property(name="mnp-stacks:installed-at", value=f"{ENTRYPOINT_LIB} {ENTRYPOINT_BIN}"),
+                Property(name="mnp-stacks:tree-sha256",
+                         value=f"{entrypoint.tree_sha256} ({entrypoint.files} files of "
+                               f"{ENTRYPOINT_LIB}: relative path and sha256 of each, sorted)"),
+                Property(name="mnp-stacks:launcher-sha256", value=entrypoint.launcher_sha256)],
+            external_references=([ExternalReference(type=ExternalReferenceType.VCS,
+                                                    url=XsUri(matrix.source))]
+                                 if matrix.source else [])))
     bom.register_dependency(bom.metadata.component, list(bom.components))
     text = JsonV1Dot6(bom).output_as_string(indent=2)
     error = schema_error(text)
@@ -216,5 +373,6 @@ def of_image(client: docker.DockerClient, matrix: Matrix, stack: Stack, image: s
     except docker.errors.ImageNotFound:
         raise UserError(f"image {image} is not in the local engine; run `invoke build --stack "
                         f"{stack.name}` first") from None
-    debs, dists = read_image(client, image)
-    return document(matrix, stack, image, image_id, debs, dists, created)
+    found = read_image(client, image)
+    return document(matrix, stack, image, image_id, found.debs, found.dists, created,
+                    found.entrypoint)

@@ -57,8 +57,10 @@ if TYPE_CHECKING:
 # other writer import this module, and botocore's import alone took 0.28 s of each command.
 
 # Batch's status reason when the instance under the job went away (a Spot reclaim, a host
-# failure): "Host EC2 (instance i-...) terminated." The Batch user guide's retry example matches
-# it with this glob (https://docs.aws.amazon.com/batch/latest/userguide/job_retries.html).
+# failure): "Host EC2 (instance i-...) terminated." This glob is the AWS Compute blog's, which
+# retries on it for an EC2 Spot interruption ("Introducing retry strategies for AWS Batch",
+# https://aws.amazon.com/blogs/compute/introducing-retry-strategies-for-aws-batch/); the Batch
+# user guide's example (job_retries.html) matches AGENT and "Task failed to start" instead.
 HOST_FAILURE_REASON = "Host EC2*"
 
 # Batch containers: ulimits as set by aws-samples/awsome-distributed-training's Batch templates.

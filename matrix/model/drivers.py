@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import textwrap
 from dataclasses import dataclass
+from datetime import date, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -92,18 +93,52 @@ def _release(cuda: str) -> tuple[int, int]:
     return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
 
 
-def forward_compat_text(data: dict[str, Any], minimum: str) -> str:
-    """The forward-compatibility clause, where a supported driver branch is below ``minimum``
-    (below CUDA 13 every supported branch already meets the floor: nothing to say)."""
-    fc = data["forward_compatibility"]
-    if not any(int(b) < int(minimum.split(".")[0]) for b in fc["branches"]):
+def past_end_of_life(end_of_life: str, day: date) -> bool:
+    """Whether a branch whose end of life is the month ``end_of_life`` (YYYY-MM) is past it on
+    ``day`` (from the first day of the next month)."""
+    year, month = (int(part) for part in end_of_life.split("-"))
+    return (day.year, day.month) > (year, month)
+
+
+def month_words(month: str) -> str:
+    """``2026-06`` -> ``June 2026``."""
+    return datetime.strptime(month, "%Y-%m").strftime("%B %Y")
+
+
+def qualifying_branches(data: dict[str, Any], day: date) -> list[str]:
+    """The driver branches forward compatibility is offered from on ``day``, newest first: a
+    designation of ``forward_compatibility.designations``, not past its end of life."""
+    designations = data["forward_compatibility"]["designations"]
+    return [name for name, entry in sorted(data["branches"].items(), key=lambda b: -int(b[0]))
+            if entry["designation"] in designations
+            and not past_end_of_life(entry["end_of_life"], day)]
+
+
+def forward_compat_text(data: dict[str, Any], minimum: str, day: date | None = None) -> str:
+    """The forward-compatibility clause on ``day`` (today by default): the branches below
+    ``minimum`` it is offered from, or, where the support matrix lists branches below it but
+    none qualifies, that none does and why ("" where every listed branch meets ``minimum``)."""
+    day = day or date.today()
+    fc, branches = data["forward_compatibility"], data["branches"]
+    floor = int(minimum.split(".")[0])
+    below = [b for b in sorted(branches, key=lambda b: -int(b)) if int(b) < floor]
+    if not below:
         return ""
-    return ("; " f"below it only CUDA forward compatibility runs it, and the entrypoint uses it where "
-            f"it can: compat libraries in the image ({' or '.join(fc['dirs'])}), a data center "
-            f"GPU, a host driver of branch {' or '.join(f'R{b}' for b in fc['branches'])} "
-            f"[{' '.join(fc['gpus_source'].split()[:1])} section \"Forward Compatibility "
-            f"Support Across Major Toolkit Versions\"; {fc['branches_source'].split()[0]} "
-            f"Table 2]")
+    qualifying = qualifying_branches(data, day)
+    matrix = next(word for word in data["branches_source"].split() if word.startswith("https://"))
+    sources = (f"{fc['gpus_source'].split()[0]} section \"Forward Compatibility Support Across "
+               f"Major Toolkit Versions\"; {matrix} Table 2")
+    offered = [b for b in qualifying if int(b) < floor]
+    if offered:
+        return ("; " f"below it only CUDA forward compatibility runs it, and the entrypoint uses it "
+                f"where it can: compat libraries in the image ({' or '.join(fc['dirs'])}), a data "
+                f"center GPU, a host driver of branch {' or '.join(f'R{b}' for b in offered)} (the "
+                f"branches below it not past their end of life on {day.isoformat()}) [{sources}]")
+    ended = ", ".join(f"R{b} ({branches[b]['designation']}, end of life "
+                      f"{month_words(branches[b]['end_of_life'])})" for b in below)
+    meets = ", ".join(f"R{b}" for b in qualifying)
+    return ("; " f"below it no forward compatibility on {day.isoformat()}: the branches below it, "
+            f"{ended}, do not qualify, and every branch that does ({meets}) meets it [{sources}]")
 
 
 def floor_for(cuda: str, path: Path = TABLE) -> DriverFloor | None:

@@ -96,13 +96,19 @@ def test_the_compat_libraries_and_their_driver_are_found(tmp_path):
 
 # -- the comparison and the plan -------------------------------------------------------------------
 
-def gpu_facts(driver_version, cuda="13.2.86", names=(H100,), compat=None):
+# A day when NVIDIA still supported R535 (end of life June 2026) and R570 (February 2026): the
+# only days forward compatibility could carry a CUDA 13 image (every branch in life after them,
+# R580 and newer, meets CUDA 13's floor itself).
+BEFORE_R570_EOL = "2026-01-15"
+
+
+def gpu_facts(driver_version, cuda="13.2.86", names=(H100,), compat=None, run_date=None):
     return NodeFacts(gpus=len(names) or 1, gpu_names=list(names), slots=len(names) or 1,
                      slots_source="nvidia-smi -L", address="10.0.3.7",
                      driver_version=driver_version,
                      driver_source="nvidia-smi --query-gpu=driver_version",
                      cuda_version=cuda, cuda_source="CUDA_VERSION (the image's environment)",
-                     cuda_compat=compat)
+                     cuda_compat=compat, run_date=run_date)
 
 
 def plan_of(facts, **env):
@@ -115,7 +121,7 @@ def test_a_driver_below_the_floor_is_a_problem_naming_node_driver_floor_and_sour
     assert problem.startswith("node 10.0.3.7: NVIDIA driver 550.54.15 (nvidia-smi")
     assert "580-series floor 580" in problem and "CUDA 13.2.86" in problem
     assert "minor-version-compatibility.html" in problem
-    assert "no CUDA forward-compatibility libraries" in problem
+    assert "driver branch R550 is not in NVIDIA's data center driver support matrix" in problem
     assert "\n" not in problem
     assert "PROBLEM (a real run stops here): node 10.0.3.7: NVIDIA driver 550.54.15" in plan.text()
 
@@ -141,7 +147,7 @@ COMPAT = {"dir": "/usr/local/cuda/compat", "driver": "580.82.07"}
 
 
 def test_forward_compatibility_carries_a_datacenter_gpu_on_a_supported_branch():
-    plan = plan_of(gpu_facts("535.183.01", compat=COMPAT))
+    plan = plan_of(gpu_facts("535.183.01", compat=COMPAT, run_date=BEFORE_R570_EOL))
     assert plan.problems == []
     assert plan.environment["LD_LIBRARY_PATH"].split(":")[0] == "/usr/local/cuda/compat"
     entry = [e for e in plan.env if e["name"] == "LD_LIBRARY_PATH"][0]
@@ -151,7 +157,7 @@ def test_forward_compatibility_carries_a_datacenter_gpu_on_a_supported_branch():
 
 
 def test_the_compat_folder_goes_before_the_users_and_the_fabrics_library_path():
-    facts = gpu_facts("535.183.01", compat=COMPAT)
+    facts = gpu_facts("535.183.01", compat=COMPAT, run_date=BEFORE_R570_EOL)
     plan = plan_mod.make_plan(config.load({}), facts, ["python3", "t.py"],
                               {"LD_LIBRARY_PATH": "/usr/local/nvidia/lib64:/opt/x"})
     assert plan.environment["LD_LIBRARY_PATH"] == \
@@ -159,18 +165,57 @@ def test_the_compat_folder_goes_before_the_users_and_the_fabrics_library_path():
 
 
 @pytest.mark.parametrize(("facts", "why"), [
-    (gpu_facts("535.183.01", names=(RTX,), compat=COMPAT),
+    (gpu_facts("535.183.01", names=(RTX,), compat=COMPAT, run_date=BEFORE_R570_EOL),
      "needs a data center GPU, and NVIDIA GeForce RTX 4090 is not one"),
-    (gpu_facts("550.54.15", compat=COMPAT), "from the R535, R570 driver branches only, not R550"),
-    (gpu_facts("535.183.01", compat={"dir": "/usr/local/cuda/compat", "driver": "575.57.08"}),
+    (gpu_facts("550.54.15", compat=COMPAT, run_date=BEFORE_R570_EOL),
+     "driver branch R550 is not in NVIDIA's data center driver support matrix"),
+    (gpu_facts("535.183.01", compat={"dir": "/usr/local/cuda/compat", "driver": "575.57.08"},
+               run_date=BEFORE_R570_EOL),
      "(/usr/local/cuda/compat, driver 575.57.08) are older than 580"),
-    (gpu_facts("535.183.01", names=(), compat=COMPAT), "the GPU model is unknown"),
+    (gpu_facts("535.183.01", names=(), compat=COMPAT, run_date=BEFORE_R570_EOL),
+     "the GPU model is unknown"),
+    (gpu_facts("535.183.01", run_date=BEFORE_R570_EOL),
+     "no CUDA forward-compatibility libraries"),
+    (gpu_facts("570.86.15", compat=COMPAT, run_date="2026-03-01"),
+     "driver branch R570 (Production Branch) reached its end of life in February 2026, before "
+     "2026-03-01"),
 ])
 def test_no_forward_compatibility_where_nvidia_does_not_support_it(facts, why):
     plan = plan_of(facts)
     (problem,) = plan.problems
     assert why in problem, problem
     assert "cuda/compat" not in plan.environment.get("LD_LIBRARY_PATH", "")
+
+
+def test_an_end_of_life_branch_is_a_problem_naming_the_branch_and_its_date():
+    """Issue 44: forward compatibility only from a branch not past its end of life on the day of
+    the run. R535's end of life is June 2026 in NVIDIA's support matrix: through June 30 it is
+    offered, from July 1 it is a PROBLEM naming the branch and the date."""
+    last_day = plan_of(gpu_facts("535.183.01", compat=COMPAT, run_date="2026-06-30"))
+    assert last_day.problems == []
+    assert last_day.environment["LD_LIBRARY_PATH"].startswith("/usr/local/cuda/compat")
+    after = plan_of(gpu_facts("535.183.01", compat=COMPAT, run_date="2026-07-01"))
+    (problem,) = after.problems
+    assert "no forward compatibility: driver branch R535 (Long Term Support Branch) reached its " \
+           "end of life in June 2026, before 2026-07-01" in problem, problem
+    assert "docs.nvidia.com/datacenter/tesla/drivers/620/" in problem
+    assert "cuda/compat" not in after.environment.get("LD_LIBRARY_PATH", "")
+
+
+def test_the_branches_that_qualify_follow_the_day_of_the_run():
+    from datetime import date
+
+    assert driver.qualifying_branches(date(2026, 1, 15)) == ["620", "595", "580", "570", "535"]
+    assert driver.qualifying_branches(date(2026, 11, 29)) == ["620", "595", "580"]
+    assert driver.qualifying_branches(date(2027, 4, 1)) == ["620", "580"]
+    assert "is a New Feature Branch" in driver.branch_refusal("610", date(2026, 5, 1))
+
+
+def test_a_driver_meeting_the_floor_on_an_ended_branch_is_a_note_saying_so():
+    plan = plan_of(gpu_facts("535.183.01", cuda="12.1.1", run_date="2026-11-29"))
+    assert plan.problems == []
+    (note,) = [n for n in plan.notes if n.startswith("NVIDIA driver 535.183.01")]
+    assert ": met (driver branch R535 reached its end of life in June 2026" in note
 
 
 @pytest.mark.parametrize(("name", "datacenter"), [
@@ -225,6 +270,20 @@ def test_a_real_start_on_an_old_driver_fails_the_node_in_one_line_before_the_com
     last = (real.stdout + real.stderr).strip().splitlines()[-1]
     assert "exit 2 (configuration on node 0): node " in last, last
     assert "NVIDIA driver 550.54.15" in last and "580" in last and "docs.nvidia.com" in last
+    assert not marker.exists()
+
+
+def test_a_real_start_on_an_end_of_life_branch_names_it_and_its_date(local_node, tmp_path):
+    """A stand-in nvidia-smi reporting R535, whose end of life (June 2026) is past on the day
+    this runs: the node fails with the branch and the date, not offered forward compatibility."""
+    marker = tmp_path / "ran"
+    command = ["python3", "-c", f"open({str(marker)!r}, 'w').close()"]
+    real = local_node.run(command, env=start_env(local_node, "535.183.01"))
+    assert real.returncode == errors.CONFIGURATION_EXIT, real.stdout + real.stderr
+    last = (real.stdout + real.stderr).strip().splitlines()[-1]
+    assert "NVIDIA driver 535.183.01" in last, last
+    assert "driver branch R535 (Long Term Support Branch) reached its end of life in June 2026" \
+        in last, last
     assert not marker.exists()
 
 

@@ -5,8 +5,9 @@ started again; the job goes on within its restart budget and finishes from its c
 
 The workers' environment is what TorchElastic's users (and an elastic PyTorchJob) give torchrun:
 ``PET_RDZV_ENDPOINT``, ``PET_RDZV_BACKEND``, ``PET_NNODES``, ``PET_RDZV_ID``,
-``PET_MAX_RESTARTS`` (torch/distributed/argparse_util.py: every torchrun option reads
-``PET_<OPTION>``). The entrypoint turns them into torchrun's command line and clears them.
+``PET_MAX_RESTARTS`` (torch/distributed/run.py declares these options with argparse_util.py's
+``env`` action, which reads ``PET_<OPTION>``; not every option has it). The entrypoint turns
+them into torchrun's command line and clears them.
 """
 
 import re

@@ -78,7 +78,7 @@ def pytorchjob_env(rank):
     """What training-operator gives replica ``rank`` (Master 0, Worker 0 is rank 1) of PyTorchJob
     ``pj`` with one Master, one Worker and ``nprocPerNode: "1"``."""
     return {
-        "PYTHONUNBUFFERED": "0",  # envvar.go line 58
+        "PYTHONUNBUFFERED": "1",  # envvar.go lines 58-59 (Value: "1", v1.7.0 to v1.9.0)
         "MASTER_PORT": "23456",  # master.go line 43 (the pytorchjob-port, default 23456)
         "MASTER_ADDR": "pj-master-0",  # master.go lines 40 and 47: <job>-master-0
         "WORLD_SIZE": "2",  # envvar.go line 86: replicas x nprocPerNode

@@ -82,3 +82,56 @@ def test_plan_without_an_engine_leaves_the_base_unresolved(project):
     stacks.write_text(stacks.read_text().replace("image: debian:bookworm", f"image: {pinned!r}"))
     base = _plan(load_matrix(stacks), project, None).bases["debian-12"]
     assert (base.digest, base.source) == ("sha256:" + "ab" * 32, "pinned in stacks.yaml")
+
+
+# -- `invoke ref` (issue 44): a reference only where the base is known by content --------------
+
+NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+
+
+def _invoke_ref(*args: str, env: dict[str, str] | None = None):
+    import os
+    import subprocess
+    import sys
+
+    from matrix.model.settings import ROOT
+
+    return subprocess.run([sys.executable, "-m", "invoke", "ref", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})}, check=False)
+
+
+def test_ref_refuses_a_base_no_engine_resolves_in_one_line():
+    """Without an engine the first tag would hash the base's name: a tag no build makes. A CI
+    step recording it would record a reference that never exists."""
+    from tests.helpers import one_line
+
+    line = one_line(_invoke_ref("--stack", "cpu-tcp", env=NO_ENGINE), 1)
+    assert "stack cpu-tcp: its base debian:bookworm is unresolved: no Docker engine answers" in line
+    assert "start the engine (`invoke engine`)" in line and "pin the base by digest" in line
+
+
+def test_ref_refuses_a_base_the_engine_does_not_hold(docker_client, tmp_path):
+    from matrix.model.settings import ROOT
+    from tests.helpers import one_line
+
+    absent = f"127.0.0.1:9/mnp-absent-{uuid.uuid4().hex[:8]}/base:1"
+    stacks = tmp_path / "stacks.yaml"
+    stacks.write_text((ROOT / "stacks.yaml").read_text().replace(
+        "image: debian:bookworm", f"image: {absent}"))
+    line = one_line(_invoke_ref("--stack", "cpu-tcp", "--stacks", str(stacks)), 1)
+    assert f"its base {absent} is unresolved: not in the local engine yet" in line
+    assert "run `invoke build --stack cpu-tcp`" in line
+
+
+def test_ref_of_a_base_pinned_by_digest_needs_no_engine(tmp_path):
+    from matrix.model.settings import ROOT
+
+    pinned = "debian@sha256:" + "ab" * 32
+    stacks = tmp_path / "stacks.yaml"
+    stacks.write_text((ROOT / "stacks.yaml").read_text().replace(
+        "image: debian:bookworm", f'image: "{pinned}"'))
+    proc = _invoke_ref("--stack", "cpu-tcp", "--stacks", str(stacks), env=NO_ENGINE)
+    assert proc.returncode == 0, proc.stderr
+    expected = plan(load_matrix(stacks), ["cpu-tcp"], engine=None).chains["cpu-tcp"][-1]
+    assert proc.stdout.strip() == expected

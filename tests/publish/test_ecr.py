@@ -219,12 +219,22 @@ def test_other_registries_use_the_engine_credentials():
 )
 def test_immutable_tag_refusals_mean_already_there(message):
     assert ecr.is_already_exists_error(message)
-    assert isinstance(publish._classify(message), publish._TagExists)
+    assert isinstance(_classify(message), publish._TagExists)
+
+
+def _classify(message: str) -> Exception:
+    return publish._classify(message, publish._Target(ECR_HOST, None), "the push of x:1")
+
+
+ECR_HOST = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
 
 
 def test_error_classification():
-    assert isinstance(
-        publish._classify("dial tcp: connect: connection refused"), publish._Transient
-    )
-    assert isinstance(publish._classify("received unexpected HTTP status: 503"), publish._Transient)
-    assert isinstance(publish._classify("denied: not authorized"), UserError)
+    assert isinstance(_classify("dial tcp: connect: connection refused"), publish._Transient)
+    assert isinstance(_classify("received unexpected HTTP status: 503"), publish._Transient)
+    denied = _classify("denied: not authorized")
+    assert isinstance(denied, UserError)
+    assert str(denied) == (f"registry {ECR_HOST} refused the push of x:1: denied: not authorized; "
+                           "check the credentials (`aws ecr get-login-password --region us-east-1 "
+                           f"| docker login --username AWS --password-stdin {ECR_HOST}`) and the "
+                           "repository's permissions")
