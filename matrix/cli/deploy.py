@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from typing import Any
 
 from matrix.cli import options
@@ -61,6 +62,7 @@ def _local_digest_uri(matrix: Matrix, stack: str) -> str:
     """The pushed digest of the stack's image, read only from an engine that already runs."""
     from docker.errors import ImageNotFound
 
+    from matrix.deploy.digest_uri import default_image_uri
     from matrix.image import engine
 
     image = f"{matrix.repository}:{stack}"
@@ -74,10 +76,11 @@ def _local_digest_uri(matrix: Matrix, stack: str) -> str:
         digests = client.images.get(image).attrs.get("RepoDigests", [])
     except ImageNotFound:
         digests = []
-    if not digests:
-        raise UserError(f"no pushed digest for {image} in the local engine; push it first "
-                        f"(`invoke push`) or {ask}")
-    return digests[0]
+    # never a digest only this machine can pull (a loopback registry); a private one is said
+    chosen = default_image_uri(image, digests)
+    if chosen.note:
+        print(f"note: {chosen.note}", file=sys.stderr)
+    return chosen.uri
 
 
 def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,

@@ -524,7 +524,7 @@ def _pytorchjob_roles(manifest: Mapping[str, Any]) -> list[Role]:
         pod = replica["template"]
         (container,) = pod["spec"]["containers"]
         env = _container_env(container)
-        env["PYTHONUNBUFFERED"] = "0"
+        env["PYTHONUNBUFFERED"] = "1"  # envvar.go setPodEnv sets "1"
         env["PET_NPROC_PER_NODE"] = str(spec.get("nprocPerNode", "auto"))
         rank = 0 if rtype == "Master" else (1 if "Master" in replicas else 0)
         if "Master" in replicas:
