@@ -18,8 +18,14 @@ _mnp_stacks_complete() {
     fi
     words=("${COMP_WORDS[@]}")
     if [ "${words[0]}" = "./dev" ]; then
-        runner=(./dev invoke)
-        [ "${words[1]}" = "mnp-stacks" ] && runner=(./dev mnp-stacks)
+        # The checkout's venv command, never ./dev itself: where .venv is missing or older than
+        # pyproject.toml (a fresh clone; CI, which installs with pip and has no .venv), ./dev
+        # first creates it and pip-installs the project, a minute or more, so a Tab hung that
+        # long (and tests/test_cli.py's completions ran past their 120 s under load). Without
+        # a .venv, the command on PATH answers (CI's), or nothing does; ./dev installs on Enter.
+        runner=(invoke)
+        [ "${words[1]}" = "mnp-stacks" ] && runner=(mnp-stacks)
+        [ -x ".venv/bin/${runner[0]}" ] && runner=(".venv/bin/${runner[0]}")
         words=("${words[@]:1}")            # complete `./dev invoke ...` as `invoke ...`
         [ "${#words[@]}" -le 1 ] && { COMPREPLY=($(compgen -W "invoke mnp-stacks" -- "$cur")); return 0; }
     elif [ "${words[0]##*/}" = "mnp-stacks" ]; then

@@ -504,11 +504,11 @@ def test_build_json_and_metadata_file(cpu_tcp_image, tmp_path):
 
 # --- shell completion -------------------------------------------------------------------------------
 
-def complete(*words: str) -> list[str]:
+def complete(*words: str, cwd: Path = ROOT) -> list[str]:
     script = (f"source {ROOT / 'completion' / 'mnp-stacks.bash'}; COMP_WORDS=({' '.join(words)}); "
               f"COMP_CWORD={len(words) - 1}; _mnp_stacks_complete; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    proc = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True,
+    proc = subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True, text=True,
                           env=env, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.split()
@@ -519,6 +519,21 @@ def test_completion_of_stack_names_tasks_and_options():
     assert complete("invoke", "build", "--stack", "cuda12") == ["cuda12.1-efa"]
     assert complete("invoke", "pl") == ["plan"]
     assert "--stack" in complete("./dev", "invoke", "plan", "--st")
+
+
+def test_a_tab_after_dev_runs_the_venvs_command_never_dev_itself(tmp_path):
+    """Where .venv is missing or older than pyproject.toml (a fresh clone, CI), ./dev first
+    creates it and pip-installs the project: `./dev invoke plan --st<Tab>` ran past the helper's
+    120 s under load. A Tab runs the checkout's .venv/bin command (stand-ins here)."""
+    (tmp_path / "dev").write_text("#!/bin/sh\ntouch ran-dev\n")
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    for command, answer in (("invoke", "plan"), ("mnp-stacks", "pin")):
+        (tmp_path / ".venv" / "bin" / command).write_text(f"#!/bin/sh\necho {answer}\n")
+    for path in (tmp_path / "dev", *(tmp_path / ".venv" / "bin").iterdir()):
+        path.chmod(0o755)
+    assert complete("./dev", "invoke", "p", cwd=tmp_path) == ["plan"]
+    assert complete("./dev", "mnp-stacks", "p", cwd=tmp_path) == ["pin"]
+    assert not (tmp_path / "ran-dev").exists()
 
 
 def test_completion_of_instance_types_and_launchers():
