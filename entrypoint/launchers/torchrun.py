@@ -20,6 +20,13 @@ SOURCE = ("https://pytorch.org/docs/1.9.0/elastic/run.html (torch.distributed.ru
           "1.9.0); https://pytorch.org/docs/1.10.0/elastic/run.html (torchrun script)")
 PET_SOURCE = ("torch/distributed/argparse_util.py (env action: every torchrun option also "
               "reads PET_<OPTION>)")
+# torchrun (its main is decorated with torch.distributed.elastic's @record) copies the first
+# failed worker's error record here, with that worker's exit code as errorCode, when the worker
+# left one (torch/distributed/elastic/multiprocessing/errors/__init__.py, record;
+# error_handler.py, dump_error_file): the final line reads it back (run.attribution).
+ERROR_FILE_VARIABLE = "TORCHELASTIC_ERROR_FILE"
+ERROR_FILE = "torchelastic_error.json"  # under MNP_STATE_DIR
+ERROR_FILE_SOURCE = "https://pytorch.org/docs/stable/elastic/errors.html (TORCHELASTIC_ERROR_FILE)"
 
 
 class Torchrun(Unit):
@@ -47,6 +54,7 @@ class Torchrun(Unit):
                            address, port)
         tail, _kind = program_tail(request.command, "-m", ["--no_python"])
         launch = Launch(line + request.launcher_args + tail)
+        error_file(launch, request)
         problem = pytorch_problem(self.name, request.facts)
         if problem:
             launch.problems.append(problem)
@@ -68,6 +76,17 @@ def clear_pet(environment: Dict[str, str]) -> List[str]:
         return []
     return ["cleared %s: torchrun's command line carries what they say (%s)"
             % (", ".join(cleared), PET_SOURCE)]
+
+
+def error_file(launch: Launch, request: LaunchRequest) -> None:
+    """``TORCHELASTIC_ERROR_FILE`` for torchrun itself (its workers get their own from torchrun),
+    unless the user set one: the first failure's record, which the final line reads back."""
+    if ERROR_FILE_VARIABLE in request.user_env:
+        return
+    path = request.state_dir.rstrip("/") + "/" + ERROR_FILE
+    launch.environment[ERROR_FILE_VARIABLE] = (
+        path, "torchrun writes the first failed worker's error record here (with its exit "
+        "code); the entrypoint's final line reads it", ERROR_FILE_SOURCE)
 
 
 def fallback(pytorch_version: Optional[str]) -> Optional[str]:

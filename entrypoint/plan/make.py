@@ -77,6 +77,7 @@ def make_plan(cfg, facts, command, user_env, table=None, hostfiles=None):
     count = _slots(plan, cfg, facts)
     if table is None:
         table = roles.table(cfg, facts, count) or placeholder_table(cfg, facts, count)
+    plan.table = list(table)
     _fabric(plan, cfg, facts)
     plan.preflight = preflight.checks(plan.fabric["kind"], facts, _runs_ranks(cfg))
     unit = _unit(plan, cfg, facts, count, command)

@@ -93,6 +93,7 @@ class Plan(object):
         self.preflight = []  # checks run before any rank starts (EFA plans)
         self.health = None  # the start-up health gate (probe.health.plan_record)
         self.environment = {}  # the command's full environment
+        self.table = []  # the node table the plan was made for (``NodeInfo`` rows)
 
     @property
     def needs_ssh(self):
