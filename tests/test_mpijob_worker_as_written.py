@@ -94,7 +94,15 @@ def test_the_dry_run_plans_a_worker_that_serves_ssh(worker, tmp_path):
     assert "sshd: the launcher reaches this pod over SSH" in plan["role"]["lines"]
     assert plan["children"] == "none: the launcher reaches this pod over SSH"
     assert plan["problems"] == []
+    # issue 43: the plan says what the worker really does (sshd), not the command it ignores
+    assert plan["argv"] is None
+    assert plan["launcher"]["serves"] == "sshd for the launcher; the container command is ignored"
     assert not record.exists() and not worker["marker"].exists()
+    text, _ = run_entrypoint(worker, tmp_path, MNP_DRY_RUN="1")
+    assert "command: none on this node (sshd for the launcher; the container command is " \
+           "ignored)" in text.stdout.splitlines(), text.stdout
+    assert "launcher: none on this node (the MPIJob launcher's mpirun reaches it over SSH)" in \
+        text.stdout.splitlines(), text.stdout
 
 
 def test_the_worker_serves_ssh_and_never_runs_the_command(worker, tmp_path):

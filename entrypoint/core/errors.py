@@ -85,15 +85,25 @@ def is_retryable(code):
 
 
 # -- the last line ---------------------------------------------------------------------------------
-# The last line the entrypoint prints: ``exit <code> (<class> on node <node>): <reason>``.
-# ``invoke run --attempts`` reads it back (``FINAL_LINE_PATTERN``).
+# The last line the entrypoint prints: ``exit <code> (<class> on node <node>[ <address>][, rank
+# <rank>]): <reason>``, e.g. ``exit 7 (user on node 2 10.0.0.6, rank 5): ValueError: boom``.
+# ``<node>`` is an index, several (``1,2``) or ``?``; the address and the rank are there when they
+# are known (docs/entrypoint.md "The final line"). ``invoke run --attempts`` reads it back
+# (``FINAL_LINE_PATTERN``).
 FINAL_LINE_PATTERN = (r"exit (?P<code>\d+) \((?P<cls>user|configuration|infrastructure|signal|"
-                      r"success) on node (?P<node>[^)]*)\): (?P<reason>.*)$")
+                      r"success) on node (?P<node>[^ ,)]+(?:,[^ ,)]+)*)(?: (?P<address>[^ ,)]+))?"
+                      r"(?:, rank (?P<rank>\d+))?\): (?P<reason>.*)$")
 
 
-def final_line(code, cls, node, reason):
-    """``exit 200 (infrastructure on node 2): ...`` (see ``FINAL_LINE_PATTERN``)."""
-    return "exit %d (%s on node %s): %s" % (code, cls, node, reason)
+def final_line(code, cls, node, reason, address=None, rank=None):
+    """``exit 200 (infrastructure on node 2): ...``, ``exit 7 (user on node 2 10.0.0.6, rank 5):
+    ValueError: boom`` (see ``FINAL_LINE_PATTERN``)."""
+    where = "%s" % (node,)
+    if address:
+        where += " %s" % address
+    if rank is not None:
+        where += ", rank %d" % rank
+    return "exit %d (%s on node %s): %s" % (code, cls, where, reason)
 
 
 # -- the error kinds -------------------------------------------------------------------------------

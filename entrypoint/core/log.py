@@ -5,6 +5,8 @@ from the user's program output. ``set_role`` is called once the role is known.
 """
 
 import contextlib
+import os
+import select
 import sys
 import threading
 import time
@@ -48,6 +50,26 @@ def log(message):
     text = "".join(prefix + line + "\n" for line in str(message).splitlines() or [""])
     with _lock, contextlib.suppress(OSError, ValueError):  # stderr closed: nothing to do
         _write(sys.stderr, text)
+
+
+def write_raw(fd, data):
+    """Write the bytes ``data`` to the file descriptor ``fd`` whole, as they are (another
+    process's output passed through), never between the bytes of one of ``log``'s lines. False
+    when ``fd`` can no longer be written (closed, a broken pipe): the caller stops writing."""
+    with _lock:
+        view = memoryview(data)
+        while view:
+            try:
+                written = os.write(fd, view)
+            except InterruptedError:
+                continue
+            except BlockingIOError:  # a non-blocking stream that is full: wait until it drains
+                select.select([], [fd], [], 1.0)
+                continue
+            except OSError:
+                return False
+            view = view[written:]
+    return True
 
 
 def out(message):

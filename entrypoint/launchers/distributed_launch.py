@@ -35,6 +35,7 @@ class DistributedLaunch(Unit):
                 "--master_port", str(port)] + request.launcher_args
         tail, kind = program_tail(request.command, "-m", ())
         launch = Launch(line + tail)
+        torchrun.error_file(launch, request)
         problem = torchrun.pytorch_problem(self.name, request.facts)
         if problem:
             launch.problems.append(problem)

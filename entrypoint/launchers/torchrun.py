@@ -22,6 +22,13 @@ PET_SOURCE = ("torch/distributed/run.py and argparse_util.py (the options declar
               "or check_env action also read PET_<OPTION>: most of them, not --logs-specs or "
               "--numa-binding; https://github.com/pytorch/pytorch/blob/"
               "010929fd3f401c3868310396e6a91ed95aa0305b/torch/distributed/run.py)")
+# torchrun (its main is decorated with torch.distributed.elastic's @record) copies the first
+# failed worker's error record here, with that worker's exit code as errorCode, when the worker
+# left one (torch/distributed/elastic/multiprocessing/errors/__init__.py, record;
+# error_handler.py, dump_error_file): the final line reads it back (run.attribution).
+ERROR_FILE_VARIABLE = "TORCHELASTIC_ERROR_FILE"
+ERROR_FILE = "torchelastic_error.json"  # under MNP_STATE_DIR
+ERROR_FILE_SOURCE = "https://pytorch.org/docs/stable/elastic/errors.html (TORCHELASTIC_ERROR_FILE)"
 
 
 class Torchrun(Unit):
@@ -49,6 +56,7 @@ class Torchrun(Unit):
                            address, port)
         tail, _kind = program_tail(request.command, "-m", ["--no_python"])
         launch = Launch(line + request.launcher_args + tail)
+        error_file(launch, request)
         problem = pytorch_problem(self.name, request.facts)
         if problem:
             launch.problems.append(problem)
@@ -70,6 +78,17 @@ def clear_pet(environment: Dict[str, str]) -> List[str]:
         return []
     return ["cleared %s: torchrun's command line carries what they say (%s)"
             % (", ".join(cleared), PET_SOURCE)]
+
+
+def error_file(launch: Launch, request: LaunchRequest) -> None:
+    """``TORCHELASTIC_ERROR_FILE`` for torchrun itself (its workers get their own from torchrun),
+    unless the user set one: the first failure's record, which the final line reads back."""
+    if ERROR_FILE_VARIABLE in request.user_env:
+        return
+    path = request.state_dir.rstrip("/") + "/" + ERROR_FILE
+    launch.environment[ERROR_FILE_VARIABLE] = (
+        path, "torchrun writes the first failed worker's error record here (with its exit "
+        "code); the entrypoint's final line reads it", ERROR_FILE_SOURCE)
 
 
 def fallback(pytorch_version: Optional[str]) -> Optional[str]:

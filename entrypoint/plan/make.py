@@ -77,6 +77,7 @@ def make_plan(cfg, facts, command, user_env, table=None, hostfiles=None):
     count = _slots(plan, cfg, facts)
     if table is None:
         table = roles.table(cfg, facts, count) or placeholder_table(cfg, facts, count)
+    plan.table = list(table)
     _fabric(plan, cfg, facts)
     plan.preflight = preflight.checks(plan.fabric["kind"], facts, _runs_ranks(cfg))
     unit = _unit(plan, cfg, facts, count, command)
@@ -162,11 +163,18 @@ def unit_options(cfg, unit):
     return dict((name, getattr(cfg, fields[name])) for name in unit.options)
 
 
+# What an MPIJob worker runs in place of a command (``run.worker``), as its plan says it.
+WORKER_SERVES = "sshd for the launcher; the container command is ignored"
+
+
 def _launch(plan, cfg, env, unit, request, table, full):
     """The unit's argv and what comes with it, on the nodes that start a launcher; what it sets
     for the command goes into ``full``, the command's environment."""
     if cfg.mode == "child" and unit.needs_ssh and cfg.rendezvous:
         return  # the main node's launcher reaches this node over SSH
+    if cfg.mode == "worker":  # an MPIJob worker serves sshd; its container command never runs
+        plan.launcher["serves"] = WORKER_SERVES
+        return
     launch = unit.launch(request)
     plan.argv = launch.argv
     plan.problems.extend(launch.problems)

@@ -93,6 +93,7 @@ class Plan(object):
         self.preflight = []  # checks run before any rank starts (EFA plans)
         self.health = None  # the start-up health gate (probe.health.plan_record)
         self.environment = {}  # the command's full environment
+        self.table = []  # the node table the plan was made for (``NodeInfo`` rows)
 
     @property
     def needs_ssh(self):
@@ -155,7 +156,9 @@ class Plan(object):
 
     def _launch_lines(self):
         launcher = self.launcher
-        lines = ["launcher: %s (needs SSH: %s; environment to other nodes: %s)"
+        serves = launcher.get("serves")  # an MPIJob worker: sshd, no launcher, no command
+        lines = ["launcher: none on this node (the MPIJob launcher's mpirun reaches it over SSH)"
+                 if serves else "launcher: %s (needs SSH: %s; environment to other nodes: %s)"
                  % (launcher["unit"], "yes" if launcher["needs_ssh"] else "no",
                     launcher["env_propagation"]),
                  "children: %s" % self.children]
@@ -167,7 +170,7 @@ class Plan(object):
             lines.append("hostfile (other nodes' entries are placeholders until the rendezvous):")
             lines.extend("  " + line for line in self.hostfile)
         if self.argv is None:
-            lines.append("command: none on this node")
+            lines.append("command: none on this node%s" % (" (%s)" % serves if serves else ""))
         else:
             lines.append("command: %s" % " ".join(shlex.quote(a) for a in self.argv))
         lines.extend("preflight (a real run checks this before any rank starts): %s"

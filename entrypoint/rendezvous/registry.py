@@ -23,6 +23,10 @@ from . import protocol
 from .states import NodeState, advance
 
 CAUSE_RE = re.compile(r"^[a-z][a-z0-9-]{0,39}\Z")
+# What a child may say of its ranks' failure with its status (``run.attribution``); the values
+# are checked again where they are read (``Failure.from_wire``: numbers, one printable line).
+FAILURE_FIELDS = ("rank", "local_rank", "error", "at")
+MAX_ERROR = 1000
 HOST_KEY_RE = re.compile(r"^(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa) [A-Za-z0-9+/]+=*\Z")
 
 
@@ -97,6 +101,9 @@ class Registry(object):
         self.ready = {}  # index -> NodeInfo, only of connections in state READY
         self.failed = {}  # index -> status: nodes that failed their checks; never ready again
         self.causes = {}  # index -> the cause a failed node reported (``run.gate``'s words)
+        # index -> what a node whose launcher failed reported of its ranks' first failure
+        # (``run.attribution.Failure.to_wire``: rank, local rank, exception line, when seen)
+        self.failures = {}
         self.by_index = {}  # index -> Conn (registered or ready)
         self.all_ready = threading.Event()
         self.last_ready_time = None
@@ -174,6 +181,17 @@ class Registry(object):
                 self.causes[conn.index] = cause
             log("node %d failed its start-up checks (exit code %d)" % (conn.index, status))
             return status
+        failure = msg.get("failure")
+        if failure is not None:
+            if not isinstance(failure, dict) or len(failure) > len(FAILURE_FIELDS) or \
+                    set(failure) - set(FAILURE_FIELDS):
+                raise protocol.ProtocolError("exit with a failure that is not a record of %s"
+                                             % ", ".join(FAILURE_FIELDS))
+            error = failure.get("error")
+            if error is not None and not (isinstance(error, str) and len(error) <= MAX_ERROR):
+                raise protocol.ProtocolError("exit with an error longer than %d characters"
+                                             % MAX_ERROR)
+            self.failures[conn.index] = failure
         advance(conn, NodeState.EXITED)
         return status
 

@@ -366,12 +366,15 @@ class Client(object):
                 self._emit(("lost", "connection to the main node failed: %s"
                             % printable(str(exc))))
 
-    def report_exit(self, status, cause=None):
+    def report_exit(self, status, cause=None, failure=None):
         """Tell the main node this node's status (and, before ``ready``, the ``cause`` of a
-        failed start-up check that the main node weighs across nodes)."""
+        failed start-up check that the main node weighs across nodes; after, the ``failure`` of
+        its ranks: ``registry.FAILURE_FIELDS``)."""
         message = {"t": "exit", "status": status}
         if cause:
             message["cause"] = cause
+        if failure:
+            message["failure"] = dict((k, v) for k, v in failure.items() if v is not None)
         with contextlib.suppress(OSError):
             self.send(message)
 

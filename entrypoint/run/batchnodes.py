@@ -26,13 +26,15 @@ from ..core.errors import (
 from ..core.log import log
 from ..plan import hostfile
 from ..rendezvous import server as rendezvous
-from . import gate, outcome, ssh
+from . import attribution, gate, outcome, ssh
 from . import host as host_interface
 
 CHILD_FINISH_WAIT = 60.0
 # After the main node's launcher failed, how long to listen for a child lost at the same moment
 # (a container that died resets its connection at once): the job then failed because of it.
 LOST_GRACE = 2.0
+# The most of a failure's reason a child sends (the main node accepts up to 1000 characters)
+WIRE_ERROR_CHARS = 900
 
 
 class BatchNodes(object):
@@ -110,7 +112,7 @@ class BatchNodes(object):
         failed = gate.full(self.host, table)
         if failed is not None:
             return failed
-        return self.host.run_launcher(plan, watch=ChildWatch(server, self.host))
+        return self.host.run_launcher(plan, watch=ChildWatch(server, self.host, table))
 
     def wait_for_children(self, server, main_info, sshd, own=None):
         """The node table once every child is ready, or the ``Outcome`` that ended the wait: a
@@ -127,7 +129,8 @@ class BatchNodes(object):
             now = time.monotonic()
             if self.host.sup.signal_received:
                 log("signal %d while waiting for nodes: stopping" % self.host.sup.signal_received)
-                return outcome.stopped(self.host.node, self.host.sup.signal_received)
+                return outcome.stopped(self.host.node, self.host.sup.signal_received,
+                                       cfg.scheduler, others=True)
             if sshd is not None and not self.host.alive(sshd):
                 raise InfrastructureError("sshd exited with %s while waiting for nodes"
                                           % sshd.code)
@@ -227,7 +230,8 @@ class BatchNodes(object):
             return outcome.configuration(self.host.node, str(exc))
         except rendezvous.RendezvousError as exc:
             if self.host.sup.signal_received:
-                return outcome.stopped(self.host.node, self.host.sup.signal_received)
+                return outcome.stopped(self.host.node, self.host.sup.signal_received,
+                                       cfg.scheduler)
             log("%s: %s" % (why, exc))
             return outcome.infrastructure(self.host.node, "could not register with the main node "
                                           "%s: %s" % (cfg.main_address, exc))
@@ -280,7 +284,7 @@ class BatchNodes(object):
                 if not state["reported"]:
                     client.report_exit(128 + sig)
                 self.host.sup.stop_all(min(cfg.stop_timeout, 10))
-                return outcome.stopped(self.host.node, sig)
+                return outcome.stopped(self.host.node, sig, cfg.scheduler)
             self._child_report(client, sshd, state)
             event = client.next_event(0.1)
             if event is None:
@@ -290,7 +294,9 @@ class BatchNodes(object):
                 return ended
 
     def _child_report(self, client, sshd, state):
-        """Tell the main node once when sshd or the local launcher ended."""
+        """Tell the main node once when sshd or the local launcher ended; a failed launcher's
+        report is its ranks' first failure (``attribution``): the rank's own status (torchrun's
+        root cause: 7, not torchrun's 1), the rank, the exception line, when it was seen."""
         if state["reported"]:
             return
         launcher = state["launcher"]
@@ -300,7 +306,13 @@ class BatchNodes(object):
             state["reported"] = True
         elif launcher is not None and not launcher.running:
             log("launcher exited with %d" % launcher.code)
-            client.report_exit(launcher.code)
+            state["own"] = self.host.own_outcome(launcher.code)
+            failure = state["own"]
+            wire = None
+            if not failure.ok:
+                wire = {"rank": failure.rank, "local_rank": failure.local_rank, "at": failure.at,
+                        "error": failure.error[:WIRE_ERROR_CHARS] if failure.error else None}
+            client.report_exit(failure.code, failure=wire)
             state["reported"] = True
 
     def _child_message(self, client, event, state):
@@ -330,10 +342,12 @@ class BatchNodes(object):
         elif kind == "done":
             log("the main node reports the job ended (exit code %s): stopping"
                 % payload.get("status"))
-            own = launcher.code if launcher is not None and not launcher.running else None
+            own = state.get("own")
+            if own is None and launcher is not None and not launcher.running:
+                own = self.host.own_outcome(launcher.code)
             self.host.sup.stop_all(5)
-            if own:
-                return outcome.of_command(own, self.host.node)
+            if own is not None and not own.ok:
+                return own
             if state.get("failed") is not None and payload.get("status"):
                 return state["failed"]  # the job failed on the gate's finding: say so here too
             return outcome.success(self.host.node, "this node's part ended; the main node reports "
@@ -349,9 +363,10 @@ class ChildWatch(object):
     """The children's events while the main node's launcher runs (``Runner.run_launcher``):
     a child lost, or one that reports a failure, is the job's failure."""
 
-    def __init__(self, server, host):
+    def __init__(self, server, host, table=()):
         self.server = server
         self.host = host
+        self.addresses = dict((row.index, row.address) for row in table)
 
     def next_failure(self, timeout, children_done):
         """The next event within ``timeout`` s as the job's failure ``Outcome``, or ``None``."""
@@ -364,12 +379,16 @@ class ChildWatch(object):
         if kind == "lost":
             if index is None:  # the rendezvous server itself stopped: value is its reason
                 return outcome.infrastructure(self.host.node, value)
-            return outcome.infrastructure(index, "node %s lost (%s)" % (index, value))
+            return outcome.infrastructure(index, "node %s lost (%s)" % (index, value),
+                                          self.addresses.get(index))
         if kind == "exit":
             children_done[index] = value
             if value != 0:
-                log("node %d failed (exit code %d)" % (index, value))
-                return outcome.of_child(index, value)
+                report = self.server.nodes.failures.get(index)
+                failure = None if report is None else attribution.Failure.from_wire(value, report)
+                log("node %d failed (exit code %d)%s" % (
+                    index, value, "" if failure is None else ": " + describe(failure)))
+                return outcome.of_child(index, value, failure, self.addresses.get(index))
         return None
 
     def wait_finish(self, children_done):
@@ -400,3 +419,11 @@ class ChildWatch(object):
                 if failure is not None:
                     return failure
         return None
+
+
+def describe(failure):
+    """A child's reported failure in a few words (a peer's words, already made printable)."""
+    parts = ["rank %d" % failure.rank] if failure.rank is not None else []
+    if failure.error:
+        parts.append(failure.error)
+    return ", ".join(parts) or "no detail"

@@ -55,6 +55,11 @@ class NodeHost(object):
         """Spawn the plan's launcher; ``None`` when it cannot start."""
         raise NotImplementedError
 
+    def own_outcome(self, code):
+        """The ``Outcome`` of this node's launcher ending with ``code``: its ranks' first failure
+        as the launcher's output told it (``attribution``)."""
+        raise NotImplementedError
+
     def run_launcher(self, plan, watch=None):
         """Start and supervise the launcher (``watch``: the children's events, on the main
         node); the run's ``Outcome``."""

@@ -83,9 +83,12 @@ class Supervisor(object):
                 with contextlib.suppress(OSError):
                     os.kill(proc.pid, signum)
 
-    def spawn(self, name, argv, env=None, forward_signals=False, cwd=None):
+    def spawn(self, name, argv, env=None, forward_signals=False, cwd=None, stdout=None,
+              stderr=None):
+        """Start ``argv`` in its own process group (``stdout``/``stderr``: file descriptors in
+        place of this process's own, ``tee``'s pipes)."""
         popen = subprocess.Popen(argv, env=env, cwd=cwd, start_new_session=True,
-                                 close_fds=True)
+                                 close_fds=True, stdout=stdout, stderr=stderr)
         proc = Proc(name, popen)
         self.procs[proc.pid] = proc
         if forward_signals:

@@ -33,25 +33,35 @@ Batch child node:
    If sshd or the local launcher dies, the child tells the main node, which fails the job.
 """
 
+import contextlib
 import json
 import os
 import shlex
+import socket
 import sys
 import time
 
+from ..core import errors
 from ..core import log as log_mod
 from ..core.errors import InfrastructureError, JobFailure, StartupError, UsageError
-from ..core.log import log, out, set_role
+from ..core.log import log, out, printable, set_role
+from ..launchers import mpirun, torchrun
 from ..plan import hostfile
 from ..plan import make as plan_mod
 from ..probe import fabric, facts, netaddr, preflight
 from ..rendezvous import server as rendezvous
 from ..settings import config
-from . import gate, lifecycle, outcome, ssh, worker
+from . import attribution, gate, lifecycle, outcome, ssh, tee, worker
 from .batchnodes import BatchNodes
 from .host import NodeHost
 
 SECRET_VARIABLES = ("MNP_SECRET", "MNP_SECRET_FILE")
+# After the launcher ended, how long its output may still take to arrive (a rank's last lines,
+# torchrun's record): the final line comes after it.
+OUTPUT_END_WAIT = 5.0
+# A child reports its ranks failed after this node's own had: how long this node's launcher is
+# given to end and say which of its ranks failed (torchrun looks every 5 s, --monitor_interval).
+OWN_END_WAIT = 15.0
 
 
 NO_COMMAND = ("no command given: set the training command as the container command on every "
@@ -73,6 +83,7 @@ class Runner(NodeHost):
         self.paths = ssh.Paths(cfg.state_dir)
         self.facts = None
         self.plan = None  # the dry-run plan (placeholder node table)
+        self.output = None  # the running launcher's ``LauncherOutput``
         self.batch = BatchNodes(self)  # the Batch roles, given this node as its ``NodeHost``
 
     # -- probing ---------------------------------------------------------------------------
@@ -194,11 +205,11 @@ class Runner(NodeHost):
         except lifecycle.Interrupted as exc:
             log("signal %d while probing the node: stopping before anything started"
                 % exc.signum)
-            return outcome.stopped(self.node, exc.signum)
+            return outcome.stopped(self.node, exc.signum, cfg.scheduler)
         finally:
             self.sup.interruptible = False
         if self.sup.signal_received:
-            return outcome.stopped(self.node, self.sup.signal_received)
+            return outcome.stopped(self.node, self.sup.signal_received, cfg.scheduler)
         if cfg.dry_run:
             return self.dry_run()
         self.describe()
@@ -290,20 +301,48 @@ class Runner(NodeHost):
 
     # -- the launcher ----------------------------------------------------------------------
     def start_launcher(self, plan):
-        """Log the command and spawn it; ``None`` (after saying why) when it cannot start."""
+        """Log the command and spawn it, its stderr through ``tee`` (``LauncherOutput``);
+        ``None`` (after saying why) when it cannot start."""
         argv, env = plan.argv, plan.environment
         if plan.kept:
             log("user's values kept: %s" % "; ".join(plan.kept))
         log("running: %s" % " ".join(shlex.quote(a) for a in argv))
+        self.output = LauncherOutput(plan, self.cfg.node_index, self.own_names())
         try:
-            return self.sup.spawn("launcher", argv, env=env, forward_signals=True)
+            proc = self.sup.spawn("launcher", argv, env=env, forward_signals=True,
+                                  **self.output.tee.child_streams())
         except OSError as exc:
+            self.output.tee.abandon()
             log("cannot start %s: %s" % (argv[0], exc))
             return None
+        self.output.tee.started()
+        return proc
+
+    def own_names(self):
+        """The names a launcher may give this host (Open MPI names the local node by its
+        hostname)."""
+        return (socket.gethostname(), self.facts.address)
+
+    def launcher_failure(self, code):
+        """This node's ``attribution.Failure`` once its launcher ended with ``code`` (None when it
+        succeeded): after the last of its output has passed."""
+        if self.output is None:
+            return None
+        return self.output.failure(code)
+
+    def own_outcome(self, code):
+        """The ``Outcome`` of this node's launcher ending with ``code``."""
+        failure = self.launcher_failure(code)
+        if failure is None:
+            return outcome.of_command(code, self.node, address=self.facts.address)
+        if not self.sup.signal_received:  # not a failure: the launcher was stopped
+            log("first failure seen here: %s" % describe_failure(failure))
+        return outcome.of_failure(failure, self.node, self.facts.address)
 
     def run_launcher(self, plan, watch=None):
         """Start the plan's launcher and supervise it (on the main node also the children's
-        events, ``watch``: a ``batchnodes.ChildWatch``); the run's ``Outcome``."""
+        events, ``watch``: a ``batchnodes.ChildWatch``); the run's ``Outcome``. Where this node's
+        ranks and a child's both failed, the job's failure is the one seen first."""
         launcher = self.start_launcher(plan)
         if launcher is None:
             return outcome.of_command(127, self.node, "%s (it cannot be started)" % plan.argv[0])
@@ -312,27 +351,34 @@ class Runner(NodeHost):
         code = launcher.code
         log("launcher exited with %d" % code)
         lifecycle.end_group(launcher.pid, 2.0, self.sup.reap)
+        own = self.own_outcome(code)
         if failure is None and watch is not None:
             if code == 0 and self.local_launcher:
                 failure = watch.wait_finish(children_done)
             elif code != 0:  # a launcher that failed because a node went away: say so
                 failure = watch.lost_meanwhile(children_done)
         if self.sup.signal_received:
-            return outcome.stopped(self.node, self.sup.signal_received)
+            return outcome.stopped(self.node, self.sup.signal_received, self.cfg.scheduler,
+                                   others=watch is not None)
+        if failure is not None and failure.cls == errors.USER and not own.ok:
+            failure = outcome.earliest([failure, own])  # which ranks failed first
         if failure is not None:
             log("job failed: %s" % failure.reason)
             return failure
-        return outcome.of_command(code, self.node)
+        return own
 
     def supervise(self, launcher, watch, children_done):
         """Reap until the launcher ends, escalating a forwarded signal to SIGKILL after
-        ``MNP_STOP_TIMEOUT``; a child's failure stops it. The failure's ``Outcome`` or ``None``."""
+        ``MNP_STOP_TIMEOUT``; a child's failure stops it, unless this node's own ranks failed
+        before (then its launcher is given ``OWN_END_WAIT`` s to end and report them). The
+        child's failure ``Outcome`` or ``None``."""
         cfg = self.cfg
         escalated = False
+        pending, deadline = None, None
         while True:
             self.sup.reap()
             if not launcher.running:
-                return None
+                return pending
             sig = self.sup.signal_received
             if sig and not escalated and time.monotonic() - self.sup.stop_requested_at > \
                     cfg.stop_timeout:
@@ -340,14 +386,67 @@ class Runner(NodeHost):
                     % (cfg.stop_timeout, sig))
                 lifecycle.kill_group(launcher.pid)
                 escalated = True
-            if watch is None:
+            if pending is not None and time.monotonic() > deadline:
+                log("%s: stopping the launcher" % pending.reason)
+                self.sup.terminate(launcher, min(cfg.stop_timeout, 10))
+                return pending
+            if watch is None or pending is not None:
                 time.sleep(0.05)
                 continue
             failure = watch.next_failure(0.1, children_done)
-            if failure is not None:
-                log("%s: stopping the launcher" % failure.reason)
-                self.sup.terminate(launcher, min(cfg.stop_timeout, 10))
-                return failure
+            if failure is None:
+                continue
+            own_at = self.output.scan.first_failure_at() if self.output is not None else None
+            if failure.cls == errors.USER and own_at is not None and \
+                    (failure.at is None or own_at < failure.at):
+                log("%s, after this node's own ranks failed: waiting up to %gs for its launcher "
+                    "to report them" % (failure.reason, OWN_END_WAIT))
+                pending, deadline = failure, time.monotonic() + OWN_END_WAIT
+                continue
+            log("%s: stopping the launcher" % failure.reason)
+            self.sup.terminate(launcher, min(cfg.stop_timeout, 10))
+            return failure
+
+
+class LauncherOutput(object):
+    """What the final line reads of one launcher run: its stderr (stdout too under DeepSpeed's
+    pdsh runner, which reports there) through ``tee`` into ``attribution.Scan``; how ranks map to
+    nodes (``attribution.JobShape``: the plan's node table); torchrun's error file."""
+
+    def __init__(self, plan, node_index, own_names):
+        unit = plan.launcher.get("unit")
+        pdsh = unit == "deepspeed" and plan.launcher.get("runner") == "pdsh"
+        self.scan = attribution.Scan(pdsh=pdsh)
+        self.tee = tee.Tee(self.scan, ("stdout", "stderr") if pdsh else ("stderr",))
+        self.shape = attribution.JobShape(plan.table, node_index,
+                                          mpirun.maps_by_slot(plan.argv or []), own_names)
+        self.error_file = plan.environment.get(torchrun.ERROR_FILE_VARIABLE)
+        if self.error_file and plan.value(torchrun.ERROR_FILE_VARIABLE) == self.error_file:
+            with contextlib.suppress(OSError):  # where torchrun can write it
+                os.makedirs(os.path.dirname(self.error_file), mode=0o700, exist_ok=True)
+            with contextlib.suppress(OSError):  # ours, from an earlier run in this container
+                os.unlink(self.error_file)
+
+    def failure(self, code):
+        self.tee.finish(OUTPUT_END_WAIT)
+        return attribution.conclude(self.scan, code, self.shape, self.error_file)
+
+
+def describe_failure(failure):
+    """One line for the log: all that is known of a failure and what said it."""
+    parts = []
+    if failure.rank is not None:
+        parts.append("rank %d" % failure.rank)
+    if failure.local_rank is not None:
+        parts.append("local rank %d" % failure.local_rank)
+    if failure.node is not None:
+        parts.append("node %d" % failure.node)
+    if failure.host:
+        parts.append("host %s" % printable(failure.host))
+    parts.append("exit status %d" % failure.code)
+    if failure.error:
+        parts.append(failure.error)
+    return "%s (from %s)" % (", ".join(parts), failure.how)
 
 
 def dry_run_plan(cfg, command, environ, node_facts):
@@ -395,4 +494,4 @@ def _run(cfg, argv):
         log("error: %s" % exc)
         return outcome.infrastructure(node, str(exc))
     except KeyboardInterrupt:
-        return outcome.stopped(node, 2)
+        return outcome.stopped(node, 2, cfg.scheduler)

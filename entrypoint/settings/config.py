@@ -127,6 +127,10 @@ def _table():
                 shown="empty"),
         Setting("MNP_LAUNCHER_ARGS", "launcher_args", (), _launcher_args,
                 "extra arguments for the launcher, shell-quoted", shown="empty"),
+        Setting("MNP_TAG_OUTPUT", "tag_output", False, _flag,
+                "1: mpirun --tag-output, every line of a rank prefixed [job,rank]<stream>:; Open "
+                "MPI tags each chunk it forwards, so a line longer than about 1 KiB arrives cut "
+                "into several tagged lines (docs/entrypoint.md \"The final line\")", shown="0"),
         Setting("MNP_DEEPSPEED_LAUNCHER", "deepspeed_launcher", None,
                 _choice_of(("pdsh", "openmpi")), "deepspeed --launcher value",
                 shown="pdsh if installed, else openmpi"),
@@ -326,6 +330,13 @@ def _bool(env, name):
     if value in FALSE_WORDS:
         return False
     raise ConfigError(name, "%r is not a boolean (use 1 or 0)" % raw)
+
+
+def _flag(env, name, default):
+    """A boolean setting: 1/true/yes/on or 0/false/no/off; unset is ``default``."""
+    if _get(env, name) is None:
+        return default
+    return _bool(env, name)
 
 
 def _secret(env, name="MNP_SECRET", default=None):

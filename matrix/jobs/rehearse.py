@@ -25,14 +25,16 @@ cut one in two), and the rehearsal's own lines (``log``) are one line each. ``sa
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import secrets
+import signal
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -56,6 +58,9 @@ OnStart = Callable[[int, int, Any], None]
 FINAL_LINE = re.compile(classes.FINAL_LINE_PATTERN)
 LABEL = "mnp.rehearsal"
 INTERRUPTED = 130  # shell convention for SIGINT
+# After passing Ctrl-C or SIGTERM on: how long the main node has to stop its launcher (the
+# entrypoint kills it MNP_STOP_TIMEOUT, 20 s, after forwarding the signal) and say so.
+MAIN_STOP_S = 40.0
 TIMED_OUT = 124  # as timeout(1)
 
 
@@ -84,6 +89,7 @@ class _Rehearsal:
     run_id: str
     network: Any = None
     containers: dict[int, Any] = field(default_factory=dict)
+    streamer: threading.Thread | None = None  # the main node's output, passed on
 
 
 def batch_environment(index: int, nodes: int, run_id: str, main_ip: str | None,
@@ -336,10 +342,11 @@ def rehearse(
         folder = base if attempts == 1 else base / f"attempt{attempt}"
         job = _Job(image, nodes, command, late_node, env, late_delay_s, timeout_s,
                    stop_timeout_s, seed, mounts, attempt, node_options, on_start, out)
-        status = _rehearse_once(client, job, log, folder)
-        cls, node, reason = ending(folder, status)
-        log(f"attempt {attempt}/{attempts}: exit {status} ({cls} on node {node}): {reason}")
-        if status == INTERRUPTED or not classes.is_retryable(status):
+        with _terminable():
+            status = _rehearse_once(client, job, log, folder)
+        cls, where, reason = ending(folder, status)
+        log(f"attempt {attempt}/{attempts}: exit {status} ({cls} on node {where}): {reason}")
+        if not classes.is_retryable(status):
             return status
         if attempt < attempts:
             log(f"exit {status} is the infrastructure code: running attempt {attempt + 1} on "
@@ -391,7 +398,7 @@ def _rehearse_once(client: docker.DockerClient, job: _Job, log: Log, log_dir: Pa
             f"{run.network.name} (attempt {job.attempt})")
         main = start(0, None)
         main_ip = _container_ip(main, run.network.name)
-        streamer = _stream(attached[0], log, job.out)
+        streamer = run.streamer = _stream(attached[0], log, job.out)
         _start_children(start, job.nodes, main_ip, job.late_node, job.late_delay_s, job.seed,
                         log)
         status = _wait_exit(main, job.timeout_s)
@@ -399,9 +406,9 @@ def _rehearse_once(client: docker.DockerClient, job: _Job, log: Log, log_dir: Pa
         log(f"main node exited with status {status}; stopping the other nodes")
         _stop_children(run, job.stop_timeout_s)
         return status
-    except KeyboardInterrupt:
-        log("interrupted: removing the rehearsal's containers and network")
-        return INTERRUPTED
+    except (KeyboardInterrupt, Interrupted) as exc:
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        return _interrupt(run, signum, job.stop_timeout_s, log)
     except docker.errors.APIError as exc:
         raise UserError(f"rehearsal failed: Docker: {exc.explanation or exc}") from None
     finally:
@@ -412,17 +419,78 @@ def _rehearse_once(client: docker.DockerClient, job: _Job, log: Log, log_dir: Pa
             _cleanup(client, run, log)
 
 
+class Interrupted(Exception):
+    """``invoke run`` was told to stop by a signal other than SIGINT (SIGTERM)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _terminable() -> Iterator[None]:
+    """SIGTERM raises ``Interrupted`` in the main thread while a rehearsal runs (Python's default
+    would end the process without removing anything), as Ctrl-C raises KeyboardInterrupt."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise Interrupted(signum)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(run: _Rehearsal, signum: int, stop_timeout_s: int, log: Log) -> int:
+    """Ctrl-C or SIGTERM: pass the signal to the main node's entrypoint, as a person stopping
+    the job would, and give it ``MAIN_STOP_S`` to stop its launcher, tell the other nodes and
+    write its final line (which names the signal); then stop the rest. The main node's status
+    (130 for SIGINT, 143 for SIGTERM), or 128+N if it did not end in time. A second Ctrl-C
+    stops waiting."""
+    name = signal.Signals(signum).name
+    main = run.containers.get(0)
+    status = classes.SIGNAL_BASE + signum
+    if main is None:
+        log(f"interrupted by {name} before the main node started: removing the rehearsal's "
+            "containers and network")
+        return status
+    log(f"interrupted by {name}: passing it to the main node, which stops the job")
+    try:
+        main.kill(signal=name)
+        status = _wait_exit(main, MAIN_STOP_S)
+        if status == TIMED_OUT:
+            log(f"the main node did not end within {MAIN_STOP_S:g}s of {name}: killed")
+            status = classes.SIGNAL_BASE + signum
+    except (KeyboardInterrupt, Interrupted):
+        log("interrupted again: removing the rehearsal's containers and network now")
+    except docker.errors.APIError:
+        pass  # it had already ended
+    if run.streamer is not None:
+        run.streamer.join(timeout=5)  # the main node's last lines before the attempt's line
+    with contextlib.suppress(KeyboardInterrupt, Interrupted, docker.errors.APIError):
+        _stop_children(run, stop_timeout_s)
+    return status
+
+
 def ending(log_dir: Path, status: int) -> tuple[str, str, str]:
-    """``(class, node, reason)`` of an attempt: the main node's last entrypoint line, with the
-    failing node's own error line when another node failed; by the code alone without one."""
+    """``(class, where, reason)`` of an attempt: the main node's last entrypoint line (``where``:
+    the node, its address and the rank as that line names them), with the failing node's own
+    account when another node failed and said more than that its part ended; by the code alone
+    without one."""
     found = _final_line(log_dir / "node0.log")
     if found is None:
         cls = ("success" if status == 0 else classes.INFRASTRUCTURE
                if classes.is_retryable(status) else "unknown")
         return cls, "0", "no mnp-entrypoint final line in the main node's log"
     cls, node, reason = found.group("cls"), found.group("node"), found.group("reason")
+    where = node + (f" {found.group('address')}" if found.group("address") else "") + (
+        f", rank {found.group('rank')}" if found.group("rank") else "")
     detail = _error_line(log_dir / f"node{node.split(',')[0]}.log") if node != "0" else None
-    return cls, node, reason + (f" | node {node} says: {detail}" if detail else "")
+    return cls, where, reason + (f" | node {node} says: {detail}" if detail else "")
 
 
 def _final_line(path: Path) -> re.Match | None:
@@ -438,10 +506,12 @@ def _final_line(path: Path) -> re.Match | None:
 
 
 def _error_line(path: Path) -> str | None:
-    """The node's own account: its final line, else its last ``error:`` line."""
+    """The node's own account: its final line unless that says its part succeeded (an SSH
+    launcher's rank failed there, which only the main node's launcher saw), else its last
+    ``error:`` line."""
     found = _final_line(path)
     if found is not None:
-        return found.group(0)
+        return found.group(0) if found.group("cls") != "success" else None
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:
