@@ -64,12 +64,33 @@ if info is not None:
 """
 
 
+# Slurm's default MinJobAge (300 s) in this module's cluster, not the play's 4: the scancel test
+# reads the cancelled job's state once the job has stopped. MinJobAge counts from the job's
+# EndTime (SchedMD/slurm src/slurmctld/job_mgr.c at slurm-22-05-8-1, _list_find_job_old, lines
+# 10083-10085), which scancel sets at once (_job_signal, lines 5848-5851: end_time = now, state
+# CANCELLED|COMPLETING), while the job stays COMPLETING until its ranks have stopped. A stop
+# slower than 4 s under load left the record to the next purge pass (every MAX(10, MinJobAge) s,
+# slurm_cluster.py), which could fall between two polls: "Invalid job id". Measured here: EndTime
+# is the scancel's second, CANCELLED 2.7 s later, the record gone 11.6 s after the scancel.
+# 300 s outlasts the test's 60 s wait. "MinJobAge: The minimum age of a completed job before its
+# record is cleared from the list of jobs slurmctld keeps in memory ... The default value is
+# 300 seconds." (https://slurm.schedmd.com/slurm.conf.html#OPT_MinJobAge). Its cost: `sbatch
+# --wait` polls at 2 s, then 8 s (slurm_cluster.py), a few seconds in the one test that uses it.
+MIN_JOB_AGE_S = 300
+
+
 @pytest.fixture(scope="module")
 def slurm(docker_client, cluster_image, tmp_path_factory):
     image = slurm_image(docker_client, cluster_image)
     cluster = SlurmCluster(docker_client, image, tmp_path_factory.mktemp("slurm-ep"))
-    conf = cluster.etc / "slurm.conf"  # see the module's doc: only the entrypoint reaches a rank
-    conf.write_text(conf.read_text().replace("proctrack/linuxproc", "proctrack/pgid"))
+    conf = cluster.etc / "slurm.conf"
+    text = conf.read_text()
+    # proctrack/pgid: see the module's doc (only the entrypoint reaches a rank)
+    for old, new in (("proctrack/linuxproc", "proctrack/pgid"),
+                     ("\nMinJobAge=4\n", f"\nMinJobAge={MIN_JOB_AGE_S}\n")):
+        assert old in text, f"the play's slurm.conf has no {old.strip()!r} any more"
+        text = text.replace(old, new)
+    conf.write_text(text)
     try:
         cluster.start()
         cluster.wait_ready()
@@ -162,8 +183,7 @@ def test_scancel_stops_every_rank_and_the_job_is_cancelled(slurm):
     code, output = slurm.run(f"scancel {job}")
     assert code == 0, output
     deadline = time.monotonic() + 60
-    # the state that ended the wait is the one checked: a finished job's record lasts only
-    # MinJobAge (4 s) in the play, so a second look may find none
+    # the job's record stays MIN_JOB_AGE_S after the scancel, longer than this wait
     while (state := _job_state(slurm, job)) not in ("CANCELLED", "FAILED", "COMPLETED") and \
             time.monotonic() < deadline:
         time.sleep(0.5)
