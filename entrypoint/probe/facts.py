@@ -42,8 +42,9 @@ def find_sshd():
     found = shutil.which("sshd")
     return os.path.abspath(found) if found else None
 
-# Programs the launchers and the fabric probe look for.
-BINARIES = ("mpirun", "deepspeed", "torchrun", "pdsh", "sshd", "fi_info", "python3")
+# Programs the node itself needs (SSH, the fabric probe, Python, DeepSpeed's pdsh runner); each
+# launcher unit's own programs come with the config (``launchers.programs()``, Config.programs).
+BINARIES = ("pdsh", "sshd", "fi_info", "python3")
 ENA_VENDOR = "0x1d0f"
 LIBDIRS = ("/opt/amazon/efa/lib", "/opt/amazon/efa/lib64", "/opt/amazon/openmpi/lib",
            "/opt/amazon/openmpi/lib64")

@@ -153,7 +153,8 @@ def stack_facts(matrix: Matrix, stack: Stack, instance: InstanceType) -> NodeFac
                       "no GPU or HPU on this instance type: 1"),
         versions=versions, version_sources=sources,
         binaries={name: image.programs.get(name)
-                  for name in sorted(set(ep_facts.BINARIES) | set(image.programs))},
+                  for name in sorted(set(ep_facts.BINARIES) | set(launchers.programs())
+                                     | set(image.programs))},
         plugin_path=image.plugin, hccl_wrapper=image.hccl_wrapper, libdirs=list(image.libdirs),
         is_root=True, user="root", home="/root",
         origin=f"declared: stacks.yaml stack {stack.name}, its templates' installs and the "
