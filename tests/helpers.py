@@ -66,3 +66,17 @@ def one_line(proc: subprocess.CompletedProcess, code: int) -> str:
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("error: ")
     return line
+
+
+def writer_commands() -> dict[str, list[str]]:
+    """Each writer's task as a user types it, with the options its first scheduler implies
+    (``k8s --kind pytorchjob``), from the writers' registry: no list of names in the tests."""
+    from matrix.jobs import writers
+
+    commands = {}
+    for writer in writers.all_writers():
+        implied = writer.implied(writer.schedulers[0])
+        commands[writer.task] = [writer.task] + [word for name, value in implied.items()
+                                                 for word in ("--" + name.replace("_", "-"),
+                                                              value)]
+    return commands

@@ -12,11 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import one_line
+from matrix.jobs import writers
+from tests.helpers import one_line, writer_commands
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cpu-tcp@sha256:" + "a" * 64
-TASKS = {"jobdef": ["jobdef"], "sbatch": ["sbatch"], "k8s": ["k8s", "--kind", "pytorchjob"]}
+TASKS = writer_commands()
+FILES = [(w.task, w.file_name) for w in writers.all_writers()]
+SCHEDULERS = [(w.task, w.scheduler_name) for w in writers.all_writers()]
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess:
@@ -30,8 +33,7 @@ def generate(task: str, *args: str) -> subprocess.CompletedProcess:
                   "--", "python3", "train.py")
 
 
-@pytest.mark.parametrize(("task", "name"), [
-    ("jobdef", "jobdef.json"), ("sbatch", "job.sbatch"), ("k8s", "job.yaml")])
+@pytest.mark.parametrize(("task", "name"), FILES)
 def test_a_folder_as_output_is_answered_with_the_tasks_own_file_name(tmp_path, task, name):
     line = one_line(generate(task, "--instance-type", "c5n.18xlarge", "--output", str(tmp_path)), 2)
     assert f"--output {tmp_path}: a folder; give a file name, e.g. --output {tmp_path / name}" \
@@ -39,22 +41,20 @@ def test_a_folder_as_output_is_answered_with_the_tasks_own_file_name(tmp_path, t
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize(("task", "name"), [
-    ("jobdef", "jobdef.json"), ("sbatch", "job.sbatch"), ("k8s", "job.yaml")])
+@pytest.mark.parametrize(("task", "name"), FILES)
 def test_output_without_a_value_is_answered_with_the_tasks_own_file_name(task, name):
     line = one_line(invoke(*TASKS[task], "--output"), 2)
     assert line == f"error: --output needs a value, e.g. invoke {task} --output {name}"
 
 
-@pytest.mark.parametrize(("task", "scheduler"), [
-    ("jobdef", "AWS Batch"), ("sbatch", "Slurm"), ("k8s", "Kubernetes")])
+@pytest.mark.parametrize(("task", "scheduler"), SCHEDULERS)
 def test_a_refusal_names_the_scheduler_the_task_writes_for(task, scheduler):
     """A CPU stack on a GPU instance: the GPUs would be asked for and left idle. Every writer
     refuses it with the stacks file's rule (invoke stacks says the same), which names each
     scheduler's way of asking, never AWS Batch's words alone."""
     line = one_line(generate(task, "--stack", "cpu-tcp", "--instance-type", "p4d.24xlarge"), 1)
-    assert ("stack cpu-tcp cannot run on p4d.24xlarge: instance p4d.24xlarge (gpus 8) needs "
-            "cuda, it is missing [rule gpu-instance-needs-cuda-stack]") in line
+    assert (f"stack cpu-tcp cannot run on p4d.24xlarge under {scheduler}: instance p4d.24xlarge "
+            "(gpus 8) needs cuda, it is missing [rule gpu-instance-needs-cuda-stack]") in line
     if scheduler != "AWS Batch":
         assert "Batch" not in line
 

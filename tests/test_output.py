@@ -12,16 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import one_line
+from tests.helpers import one_line, writer_commands
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cpu-tcp@sha256:" + "a" * 64
 NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
-GENERATORS = {
-    "jobdef": ["jobdef"],
-    "sbatch": ["sbatch"],
-    "k8s": ["k8s", "--kind", "pytorchjob"],
-}
+GENERATORS = writer_commands()
 
 
 def generate(task: str, output: Path, umask: int = 0o022) -> subprocess.CompletedProcess:
