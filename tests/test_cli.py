@@ -399,9 +399,19 @@ def _tasks_module():
     return module
 
 
-REQUIRED = {("jobdef", "--nodes"), ("jobdef", "--instance-type"), ("explain", "--instance-type"),
-            ("push", "--registry"), ("sbatch", "--nodes"), ("sbatch", "--instance-type"),
-            ("k8s", "--nodes"), ("k8s", "--instance-type"), ("k8s", "--kind")}
+def _required() -> set[tuple[str, str]]:
+    """The required options: the declared ones (the writers' tasks, explain) and push's."""
+    from matrix.cli import jobtasks
+    from matrix.jobs import writers
+
+    found = {("push", "--registry")}
+    for writer in writers.all_writers():
+        found |= {(writer.task, o.flag) for o in writer.task_options() if o.required}
+    found |= {("explain", o.flag) for o in jobtasks.explain_options() if o.required}
+    return found
+
+
+REQUIRED = _required()
 
 
 @pytest.mark.parametrize("task", sorted({task for task, _, _ in _task_options()}))
