@@ -45,14 +45,15 @@ def output_example(task: str) -> str:
 
 
 def value_example(flag: str) -> str:
-    """A value of ``flag``: its declaration's example, else :data:`EXAMPLES`'s, else VALUE."""
+    """``flag`` with a value, as typed: its declaration's (``Option.typed``), else with
+    :data:`EXAMPLES`'s value, else VALUE."""
     from matrix.cli import jobtasks
     from matrix.jobs.runopts import flags
 
     declared = flags(jobtasks.all_options()).get(flag)
     if declared is not None and declared.example:
-        return declared.example
-    return EXAMPLES.get(flag, "VALUE")
+        return declared.typed()
+    return f"{flag} {EXAMPLES.get(flag, 'VALUE')}"
 
 
 # The installed command (matrix/cli/program.py), named in messages when it is the one typed, and
@@ -137,9 +138,9 @@ def check(argv: Sequence[str], contexts: Iterable[Any], with_command: Iterable[s
                 argument = known.get(flag)
                 if argument is not None and argument.takes_value and "=" not in word:
                     if index >= len(words) or words[index].startswith("--"):
-                        example = (output_example(task or "") if flag == "--output"
+                        example = (f"{flag} {output_example(task or '')}" if flag == "--output"
                                    else value_example(flag))
-                        fail(f"{flag} needs a value, e.g. {program} {task} {flag} {example}")
+                        fail(f"{flag} needs a value, e.g. {program} {task} {example}")
                     index += 1
                 continue
             if program == PROGRAM and flag in RUNNER_ONLY:

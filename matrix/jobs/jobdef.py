@@ -488,7 +488,8 @@ BATCH_NODES_SOURCE = ("AWS Batch User Guide, \"Node groups\": "
 BATCH_OPTIONS = RunOpts((
     Option("launcher", "the launcher the main node runs (MNP_LAUNCHER); none runs the command "
            "itself on the main node, with SSH to the others ready", choices=tuple(LAUNCHER_NAMES),
-           default="mpirun", example="mpirun", what="launcher"),
+           default="mpirun", example="mpirun", what="launcher",
+           variable="MNP_LAUNCHER"),
     Option("attempts", "runs of the job, a retryStrategy: infrastructure failures (exit 200, a "
            "terminated host) are retried, a failing command never", kind=int,
            default=DEFAULT_ATTEMPTS, minimum=1, maximum=MAX_ATTEMPTS, example="2"),

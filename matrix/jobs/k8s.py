@@ -630,7 +630,8 @@ KUBEFLOW_OPTIONS = RunOpts((
     Option("launcher", "the launcher every pod is told (MNP_LAUNCHER); none runs the command as "
            "is with the operator's variables", choices=tuple(launchers.NAMES),
            default_text="the kind's: torchrun for pytorchjob and trainjob, mpirun for mpijob",
-           example="torchrun", what="launcher"),
+           example="torchrun", what="launcher",
+           variable="MNP_LAUNCHER"),
     Option("attempts", ATTEMPTS_HELP, kind=int, minimum=1, maximum=MAX_ATTEMPTS,
            default_text=f"{DEFAULT_ATTEMPTS} for a pytorchjob, else 1", example="2"),
     Option("pvc", "CLAIM:PATH[:ro], a persistent volume claim at PATH in every pod; repeat",

@@ -18,9 +18,13 @@ from typing import Any
 
 from matrix.errors import SEPARATOR
 from matrix.jobs.mounts import Claim, Mount, parse_all
+from matrix.jobs.runopts import in_option_terms
 from matrix.jobs.spec import JobSpec, check_pair
 from matrix.jobs.writer import Prepared, Writer
 from matrix.model.entities import Matrix, Stack
+
+# The settings a JobSpec writes itself (its launcher); other options' variables go in as env.
+SPEC_SETTINGS = ("MNP_LAUNCHER",)
 
 
 def notices_for(stack: Stack, instance_type: str | None = None) -> list[str]:
@@ -54,6 +58,7 @@ class JobRequest:
     prepared: Prepared
     mounts: tuple[Mount, ...] = ()
     claims: tuple[Claim, ...] = ()
+    settings: tuple[tuple[str, str], ...] = ()  # MNP_* settings an option sets beyond the spec's
 
     @property
     def launcher(self) -> str:
@@ -64,7 +69,8 @@ class JobRequest:
         return JobSpec.of(self.stack, self.instance_type, self.nodes, image_uri, self.launcher,
                           self.command, mounts=self.mounts, claims=self.claims,
                           attempts=self.prepared.attempts, elastic=self.prepared.elastic,
-                          notices=notices_for(self.stack, self.instance_type))
+                          env=dict(self.settings), notices=notices_for(self.stack,
+                                                                       self.instance_type))
 
     def render(self, image_uri: str) -> Any:
         """The artefact the writer's task writes for ``image_uri``."""
@@ -90,9 +96,12 @@ def job_request(writer: Writer, values: Mapping[str, Any], command: Sequence[str
     refuse_image_folders(matrix, stack, mounts, claims)
     # before the image: no engine needed; a refusal names the scheduler the task writes for
     check_pair(stack, values["instance_type"], writer.scheduler_name)
+    settings = tuple((option.variable, str(values[option.name]))
+                     for option in writer.task_options() if option.variable
+                     and option.variable not in SPEC_SETTINGS and values.get(option.name))
     return JobRequest(writer, scheduler or writer.schedulers[0], matrix, stack,
                       values["instance_type"], nodes, tuple(command), prepared, tuple(mounts),
-                      tuple(claims))
+                      tuple(claims), settings)
 
 
 def refuse_image_folders(matrix: Matrix, stack: Stack, mounts: Sequence[Mount],
@@ -106,7 +115,9 @@ def refuse_image_folders(matrix: Matrix, stack: Stack, mounts: Sequence[Mount],
 
 def refusal(request: JobRequest, stops: Sequence[str]) -> str:
     """The one line for a job whose plan stops a role at start: the task refuses to write it and
-    explain exits 1 with it, word for word."""
+    explain exits 1 with it, word for word; the plan's advice in the writer's option terms."""
+    options = request.writer.task_options()
+    stops = [in_option_terms(line, options) for line in stops]
     return (f"{request.describe()}: " + SEPARATOR.join(stops) + " (a real run stops there; "
             f"invoke explain --scheduler {request.scheduler} with the same options shows each "
             "role's plan)")

@@ -42,7 +42,9 @@ class Option:
     ``bound_reason``: why an int has its bounds, said with a value outside them; ``what``: one
     of its values in words ("instance type"), for "no instance type of that name";
     ``checked``: False where the values are checked later against more than the option knows
-    (a stack against the stacks file given with ``--stacks``), so they only serve completion."""
+    (a stack against the stacks file given with ``--stacks``), so they only serve completion;
+    ``variable``: the ``MNP_*`` setting of the entrypoint it sets, so that a plan's advice in
+    the entrypoint's terms ("MNP_LAUNCHER=none") reaches the user as this option."""
 
     name: str
     help: str
@@ -59,10 +61,17 @@ class Option:
     bound_reason: str = ""
     what: str = ""
     checked: bool = True
+    variable: str = ""
 
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
+
+    def typed(self, value: str = "") -> str:
+        """``--flag VALUE`` as a user types it: ``--flag=VALUE`` for a value that starts with
+        ``-`` (a launcher's own options), which invoke would otherwise read as an option."""
+        value = value or self.example or "VALUE"
+        return f"{self.flag}={value}" if value.lstrip("'\"").startswith("-") else f"{self.flag} {value}"
 
     def values(self, stacks_file: str = "stacks.yaml") -> list[str]:
         """The values it takes ([] when any value goes)."""
@@ -95,7 +104,7 @@ class Option:
             return [self._one(item) for item in (raw or [])]
         if raw is None:
             if self.required:
-                hint = f" (e.g. {self.flag} {self.example})" if self.example else ""
+                hint = f" (e.g. {self.typed()})" if self.example else ""
                 raise UsageError(f"missing option {self.flag}{hint}")
             return self.default
         return self._one(raw)
@@ -108,7 +117,7 @@ class Option:
         text = str(raw)
         if text == "":
             raise UsageError(f"{self.flag} needs a value" +
-                             (f", e.g. {self.flag} {self.example}" if self.example else ""))
+                             (f", e.g. {self.typed()}" if self.example else ""))
         known = self.values() if self.choices and self.checked else []
         if known and text not in known:
             what = self.what or self.flag[2:].replace("-", " ")
@@ -188,6 +197,20 @@ class RunOpts:
     def iterable(self) -> list[str]:
         """invoke's ``iterable=`` for the task."""
         return [option.name for option in self.options if option.repeatable]
+
+
+def in_option_terms(line: str, options: RunOpts) -> str:
+    """``line`` (a plan's problem, in the entrypoint's ``MNP_*`` terms) with each setting an
+    option of ``options`` sets named as that option: ``MNP_LAUNCHER=none`` as ``--launcher
+    none``, ``MNP_LAUNCHER_ARGS`` as ``--launcher-args``. Longer names first, so that
+    MNP_LAUNCHER_ARGS is not read as MNP_LAUNCHER."""
+    import re
+
+    for option in sorted((o for o in options if o.variable), key=lambda o: -len(o.variable)):
+        line = re.sub(rf"\bset {option.variable}\b", f"give {option.flag}", line)
+        line = re.sub(rf"\b{option.variable}=", f"{option.flag} ", line)
+        line = re.sub(rf"\b{option.variable}\b", option.flag, line)
+    return line
 
 
 def flags(groups: Iterable[RunOpts]) -> dict[str, Option]:

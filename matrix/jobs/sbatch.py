@@ -421,7 +421,8 @@ SLURM_OPTIONS = RunOpts((
     Option("launcher", "what each task runs: mpirun (one task per rank), deepspeed, torchrun, "
            "torch.distributed.launch (one task per node) or none (every task runs the command "
            "itself)", choices=tuple(launchers.NAMES), default="mpirun", example="mpirun",
-           what="launcher"),
+           what="launcher",
+           variable="MNP_LAUNCHER"),
     Option("ranks", "with --launcher mpirun, who starts the ranks: srun (srun --mpi=pmix, needs "
            "Slurm's PMIx) or mpirun (from node 0 over the job's own SSH, one task per node)",
            choices=RANKS, default=RANKS[0], example="srun", what="rank starter"),

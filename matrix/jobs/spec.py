@@ -73,7 +73,12 @@ JOB_OPTIONS = RunOpts((
     Option("instance_type", "the EC2 instance type of every node", required=True,
            choices=tuple(INSTANCE_TYPES), example="c5n.18xlarge", what="instance type"),
     Option("launcher", "the entrypoint's launcher unit on the nodes (MNP_LAUNCHER)",
-           choices=tuple(LAUNCHERS), default="mpirun", example="mpirun", what="launcher"),
+           choices=tuple(LAUNCHERS), default="mpirun", example="mpirun", what="launcher",
+           variable="MNP_LAUNCHER"),
+    Option("launcher_args", "the launcher's own options (MNP_LAUNCHER_ARGS; its --nnodes, "
+           "--node_rank, -np and hosts are the entrypoint's), given with =, e.g. "
+           "--launcher-args='--master_port 29600'",
+           example="'--master_port 29600'", variable="MNP_LAUNCHER_ARGS"),
     Option("image_uri", "the image by digest, REPO@sha256:<64 hex>",
            default_text="the pushed digest of <repo>:<stack>, read from a running Docker engine",
            example="REPO@sha256:DIGEST"),

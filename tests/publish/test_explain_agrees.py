@@ -86,3 +86,23 @@ def _parse(writer, text: str):
 
         return yaml.safe_load(text)
     return text
+
+
+def test_a_refusal_speaks_the_writers_options_not_the_entrypoints_settings(capsys):
+    """The plan's advice in MNP_* terms reaches a writer's user as the option that sets it."""
+    for writer in writers.all_writers():
+        typed = dict(_typed("cpu-tcp", None), stack=["cpu-mpi"], launcher="torchrun",
+                     **writer.implied(writer.schedulers[0]))
+        assert _run(jobtasks.write_job, writer, typed, COMMANDS["program"]) == 1
+        line = capsys.readouterr().err.strip()
+        assert "torchrun needs PyTorch" in line and "give --launcher" in line, line
+        assert "MNP_LAUNCHER" not in line, line
+
+
+def test_launcher_args_reach_every_writers_nodes_and_explain(capsys):
+    for writer in writers.all_writers():
+        typed = dict(_typed("cpu-tcp", None), launcher_args="--master_port 29600",
+                     **writer.implied(writer.schedulers[0]))
+        assert _run(jobtasks.write_job, writer, typed, COMMANDS["program"]) == 0
+        roles = writer.roles(_parse(writer, capsys.readouterr().out))
+        assert {role.env.get("MNP_LAUNCHER_ARGS") for role in roles} == {"--master_port 29600"}
