@@ -24,6 +24,7 @@ import difflib
 import glob
 import os
 import re
+import stat
 
 from .instances import INSTANCES
 
@@ -92,6 +93,27 @@ def _inside(root, path):
 
 def uverbs_devices(root="/"):
     return sorted(glob.glob(_under(root, "/dev/infiniband/uverbs[0-9]*")))
+
+
+# The NVIDIA IMEX channel devices a multi-node NVLink job needs in its container: the driver
+# registers the character device nvidia-caps-imex-channels, and /dev/nvidia-caps-imex-channels/
+# channelN "must be handled by the administrator" (NVIDIA IMEX guide, imexchannels.html,
+# "IMEX Channels"). Slurm's switch/nvidia_imex gives each job one channelN with N >= 1
+# (channel 0 reserved); the DRA driver's ComputeDomain and NVreg_CreateImexChannel0 give
+# channel0: any channel<N> will do.
+IMEX_CHANNELS = "/dev/nvidia-caps-imex-channels"
+
+
+def imex_channels(root="/"):
+    """Names of the IMEX channel character devices the container sees (``channel0``...)."""
+    found = []
+    for path in sorted(glob.glob(_under(root, IMEX_CHANNELS + "/channel[0-9]*"))):
+        try:
+            if stat.S_ISCHR(os.stat(path).st_mode):
+                found.append(os.path.basename(path))
+        except OSError:
+            continue
+    return found
 
 
 def installer_version(root="/"):
