@@ -135,3 +135,14 @@ def test_plan_json_shows_each_layers_platform():
     assert layers and {row["platform"] for row in layers} == {"linux/arm64"}
     proc = invoke("plan", "--stack", "cpu-mpi", "--json")
     assert {row["platform"] for row in json.loads(proc.stdout)["layers"]} == {"linux/amd64"}
+
+
+def test_explain_on_p6e_gb200_says_what_multi_node_nvlink_needs():
+    proc = invoke("explain", "--stack", "cuda13.2-tcp-arm64", "--instance-type",
+                  "p6e-gb200.36xlarge", "--nodes", "2", "--launcher", "torchrun")
+    assert ("p6e-gb200 multi-node NVLink needs the NVIDIA IMEX service on each host and an IMEX "
+            "channel /dev/nvidia-caps-imex-channels/channelN in the container") in proc.stdout
+    source = INSTANCE_TYPES["p6e-gb200.36xlarge"].source
+    for fact in ("imexchannels.html", "switch/nvidia_imex", "CVE-2024-42511",
+                 "computedomain.go", "src/mnnvl.cc", "capacity-blocks-nvidia-imex.html"):
+        assert fact in source, fact

@@ -41,10 +41,11 @@ class InstanceType:
     RDMA reads (GPUDirect RDMA). ``shm_mib`` is the ``/dev/shm`` size to give the container.
     ``arch`` is the CPU architecture as GOARCH names it (``amd64``, ``arm64``), what a stack's
     platform must say to run there; ``imex_channel`` says multi-node NVLink on the type needs an
-    NVIDIA IMEX channel device in the container (p6e-gb200). ``source`` names the upstream page and section of every figure; ``unverified`` lists the
-    figures not confirmed there, with the reason. ``notice`` is the one line whoever picks the
-    type must read (that it may no longer be offered, say): ``invoke stacks`` shows it under
-    every stack listing the type, and every artefact written for the type carries it.
+    NVIDIA IMEX channel device in the container (p6e-gb200). ``source`` names the upstream page
+    and section of every figure; ``unverified`` lists the figures not confirmed there, with the
+    reason. ``notice`` is the one line whoever picks the type must read (that it may no longer
+    be offered, say): ``invoke stacks`` shows it under every stack listing the type, and every
+    artefact written for the type carries it.
     """
 
     name: str
