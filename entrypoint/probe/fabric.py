@@ -34,8 +34,8 @@ INSTANCE_RDMA_READ = dict((name, row.efa_rdma_read) for name, row in INSTANCES.i
 INSTANCE_TYPES = tuple(sorted(INSTANCE_RDMA_READ))
 # Families whose EFA sizes all do RDMA reads (same page and tables), for a type the instance
 # metadata reports that the table does not list: the table's families plus the newer P6, Trn.
-RDMA_FAMILIES = ("c6i", "dl1", "g6", "g6e", "hpc6a", "p4d", "p4de", "p5", "p5e", "p5en",
-                 "p6-b200", "p6-b300", "p6e-gb200", "trn1", "trn1n", "trn2", "trn2u")
+RDMA_FAMILIES = ("c6i", "c7gn", "dl1", "g6", "g6e", "hpc6a", "hpc7g", "p4d", "p4de", "p5", "p5e",
+                 "p5en", "p6-b200", "p6-b300", "p6e-gb200", "trn1", "trn1n", "trn2", "trn2u")
 # "The instance family is everything before the period (.) in the instance type name": the EC2
 # API's PerformanceFactorReference.InstanceFamily, e.g. https://docs.aws.amazon.com/sdk-for-kotlin/
 # api/latest/ec2/aws.sdk.kotlin.services.ec2.model/-performance-factor-reference/instance-family.html
