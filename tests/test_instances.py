@@ -130,8 +130,8 @@ def test_the_freshness_check_fails_when_the_table_changes(tmp_path):
     assert problem == "entrypoint/probe/instances.py (differs from what instances.yaml renders)"
     target = tmp_path / "instances.py"
     assert generated.write_entrypoint_table(target, table) is True
-    assert '"p4d.24xlarge": Row(efa_rdma_read=True, gpus=8, hpus=0, efa_interfaces=4, ' \
-           'shm_mib=4096)' in target.read_text()
+    assert '"p4d.24xlarge": Row(efa_rdma_read=True, gpus=8, hpus=0, efa_interfaces=4,\n' \
+           '        shm_mib=4096, imex_channel=False)' in target.read_text()
     assert generated.stale_entrypoint_table(target, table) is None
     assert generated.write_entrypoint_table(target, table) is False  # fresh: left alone
     assert generated.stale_entrypoint_table(tmp_path / "none.py") == f"{tmp_path}/none.py (missing)"
@@ -375,7 +375,8 @@ def test_p6_b300_has_16_efa_interfaces_on_17_cards():
 
 def test_network_cards_bound_the_efa_interfaces():
     """One EFA per network card: a row with more EFAs than cards is wrong; P6-B300 is the one
-    row whose card 0 carries ENA only."""
+    row whose card 0 carries ENA only; P6e-GB200 (17 cards) is given 4 EFA-only interfaces, one
+    per GPU's NCI group (efa-acc-inst-types.html "EFA configuration for P6e-GB200 instances")."""
     carded = {name: _raw(name)["network_cards"] for name in INSTANCE_TYPES
               if "network_cards" in _raw(name)}
     assert {"p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge",
@@ -383,7 +384,7 @@ def test_network_cards_bound_the_efa_interfaces():
     short = {name for name, cards in carded.items()
              if INSTANCE_TYPES[name].efa_interfaces < cards}
     assert all(INSTANCE_TYPES[name].efa_interfaces <= cards for name, cards in carded.items())
-    assert short == {"p6-b300.48xlarge"}
+    assert short == {"p6-b300.48xlarge", "p6e-gb200.36xlarge"}
 
 
 def test_a_zero_card_count_is_a_table_error(tmp_path):

@@ -51,3 +51,34 @@ def efa_devices(plan, facts, kind, runs_ranks=True):
         plan.problems.append("%s: pass the instance's EFA devices to the container (the job "
                              "definition's linuxParameters.devices, `invoke jobdef` writes them "
                              "for an EFA instance type), or set MNP_FABRIC=tcp" % NO_EFA_DEVICES)
+
+
+# What the health gate says on an instance type whose row has imex_channel (p6e-gb200): each
+# fact from the row's [imex] source in matrix/model/instances.yaml.
+IMEX_SOURCE = ("NVIDIA IMEX guide https://docs.nvidia.com/multi-node-nvlink-systems/imex-guide/"
+               "imexchannels.html 'IMEX Channels'; NCCL v2.30.7-1 src/mnnvl.cc (ncclSystemError at "
+               "communicator init without one)")
+
+
+def imex_channel(plan, facts, health_mode, runs_ranks=True):
+    """A problem when the node's instance type joins a multi-node NVLink domain (its row's
+    ``imex_channel``) and the container sees no IMEX channel character device: NCCL's MNNVL
+    fails at communicator init without one. Part of the start-up health gate (not with
+    ``MNP_HEALTH=off``); only where the devices were probed (``facts.imex_channels`` is a list)."""
+    from ..probe import fabric
+    from ..probe.instances import INSTANCES
+
+    row = INSTANCES.get(facts.instance_type or "")
+    if (health_mode == "off" or not runs_ranks or row is None
+            or not getattr(row, "imex_channel", False) or facts.imex_channels is None
+            or facts.imex_channels):
+        return
+    plan.problems.append(
+        "node %s (%s): no NVIDIA IMEX channel: no character device %s/channel<N> in the "
+        "container, which multi-node NVLink needs [%s]. Give the job one: Slurm >= 24.05.2 "
+        "SwitchType=switch/nvidia_imex (or a prolog that configures nvidia-imex and creates "
+        "it), on EKS a ComputeDomain resource claim (NVIDIA DRA driver), with Docker "
+        "--device %s/channel0 on a host with NVreg_CreateImexChannel0=1; or set "
+        "NCCL_MNNVL_ENABLE=0 to run without multi-node NVLink"
+        % (facts.address, facts.instance_type, fabric.IMEX_CHANNELS, IMEX_SOURCE,
+           fabric.IMEX_CHANNELS))

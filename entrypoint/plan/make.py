@@ -90,6 +90,7 @@ def make_plan(cfg, facts, command, user_env, table=None, hostfiles=None):
     _attempt_and_health(plan, env, cfg, facts)
     checks.node_limits(plan, facts, plan.fabric["kind"])
     checks.efa_devices(plan, facts, plan.fabric["kind"], _runs_ranks(cfg))
+    checks.imex_channel(plan, facts, cfg.health, _runs_ranks(cfg))
     if cfg.mode == "main" and cfg.rendezvous and unit.needs_ssh:  # torchrun has no hostfile
         checks.duplicate_addresses(plan, table)
     hostfile_path = _hostfile_path(cfg, hostfiles)

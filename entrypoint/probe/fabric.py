@@ -24,6 +24,7 @@ import difflib
 import glob
 import os
 import re
+import stat
 
 from .instances import INSTANCES
 
@@ -33,8 +34,8 @@ INSTANCE_RDMA_READ = dict((name, row.efa_rdma_read) for name, row in INSTANCES.i
 INSTANCE_TYPES = tuple(sorted(INSTANCE_RDMA_READ))
 # Families whose EFA sizes all do RDMA reads (same page and tables), for a type the instance
 # metadata reports that the table does not list: the table's families plus the newer P6, Trn.
-RDMA_FAMILIES = ("c6i", "dl1", "g6", "g6e", "hpc6a", "p4d", "p4de", "p5", "p5e", "p5en",
-                 "p6-b200", "p6-b300", "p6e-gb200", "trn1", "trn1n", "trn2", "trn2u")
+RDMA_FAMILIES = ("c6i", "c7gn", "dl1", "g6", "g6e", "hpc6a", "hpc7g", "p4d", "p4de", "p5", "p5e",
+                 "p5en", "p6-b200", "p6-b300", "p6e-gb200", "trn1", "trn1n", "trn2", "trn2u")
 # "The instance family is everything before the period (.) in the instance type name": the EC2
 # API's PerformanceFactorReference.InstanceFamily, e.g. https://docs.aws.amazon.com/sdk-for-kotlin/
 # api/latest/ec2/aws.sdk.kotlin.services.ec2.model/-performance-factor-reference/instance-family.html
@@ -92,6 +93,27 @@ def _inside(root, path):
 
 def uverbs_devices(root="/"):
     return sorted(glob.glob(_under(root, "/dev/infiniband/uverbs[0-9]*")))
+
+
+# The NVIDIA IMEX channel devices a multi-node NVLink job needs in its container: the driver
+# registers the character device nvidia-caps-imex-channels, and /dev/nvidia-caps-imex-channels/
+# channelN "must be handled by the administrator" (NVIDIA IMEX guide, imexchannels.html,
+# "IMEX Channels"). Slurm's switch/nvidia_imex gives each job one channelN with N >= 1
+# (channel 0 reserved); the DRA driver's ComputeDomain and NVreg_CreateImexChannel0 give
+# channel0: any channel<N> will do.
+IMEX_CHANNELS = "/dev/nvidia-caps-imex-channels"
+
+
+def imex_channels(root="/"):
+    """Names of the IMEX channel character devices the container sees (``channel0``...)."""
+    found = []
+    for path in sorted(glob.glob(_under(root, IMEX_CHANNELS + "/channel[0-9]*"))):
+        try:
+            if stat.S_ISCHR(os.stat(path).st_mode):
+                found.append(os.path.basename(path))
+        except OSError:
+            continue
+    return found
 
 
 def installer_version(root="/"):

@@ -60,7 +60,7 @@ FIELDS = ("instance_type", "instance_source", "gpus", "gpu_names", "hpus", "efa_
           "slots_source", "versions", "version_sources", "binaries", "plugin_path",
           "plugin_ofi_only", "hccl_wrapper", "libdirs", "is_root", "user", "home", "origin",
           "shm_bytes", "memlock", "driver_version", "driver_source", "cuda_version",
-          "cuda_source", "cuda_compat", "run_date")
+          "cuda_source", "cuda_compat", "run_date", "imex_channels")
 
 
 class NodeFacts(object):
@@ -97,6 +97,8 @@ class NodeFacts(object):
         self.cuda_version = self.cuda_source = None  # the image's CUDA (probe.driver)
         self.cuda_compat = None  # {"dir", "driver"}: CUDA forward-compatibility libraries
         self.run_date = None  # YYYY-MM-DD, the day of the run (probe.driver: end of life)
+        # IMEX channel devices seen (probe.fabric.imex_channels); None: not probed (explain)
+        self.imex_channels = None
         for key, value in kwargs.items():
             if key not in FIELDS:
                 raise TypeError("unknown NodeFacts field %s" % key)
@@ -209,6 +211,7 @@ def probe(cfg, environ, root="/", run=None, which=None, imds=None, address=None)
         facts.hpus = detected.count
 
     facts.efa_devices = [os.path.basename(d) for d in fabric.uverbs_devices(root)]
+    facts.imex_channels = fabric.imex_channels(root)
     # the probe's own programs, and every launcher unit's (``Config.programs``: a new unit's
     # program is found without a change here)
     for name in sorted(set(BINARIES) | set(getattr(cfg, "programs", ()))):

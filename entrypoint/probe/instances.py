@@ -5,34 +5,62 @@
 
 Per EC2 instance type: ``efa_rdma_read`` (EFA RDMA read, which GPUDirect RDMA needs), ``gpus``
 (NVIDIA) and ``hpus`` (Gaudi), ``efa_interfaces`` (EFA devices, one /dev/infiniband/uverbsN each)
-and ``shm_mib`` (/dev/shm the job gives the container). Each figure's upstream source is the row's
+``shm_mib`` (/dev/shm the job gives the container) and ``imex_channel`` (multi-node NVLink needs
+an NVIDIA IMEX channel device in the container). Each figure's upstream source is the row's
 ``source`` in matrix/model/instances.yaml.
 """
 
 from collections import namedtuple
 
 TABLE = "matrix/model/instances.yaml"
-Row = namedtuple("Row", ("efa_rdma_read", "gpus", "hpus", "efa_interfaces", "shm_mib"))
+Row = namedtuple("Row", ("efa_rdma_read", "gpus", "hpus", "efa_interfaces", "shm_mib",
+                         "imex_channel"))
 
 INSTANCES = {
-    "p3.16xlarge": Row(efa_rdma_read=False, gpus=8, hpus=0, efa_interfaces=0, shm_mib=8192),
-    "p3dn.24xlarge": Row(efa_rdma_read=False, gpus=8, hpus=0, efa_interfaces=1, shm_mib=8192),
-    "p4d.24xlarge": Row(efa_rdma_read=True, gpus=8, hpus=0, efa_interfaces=4, shm_mib=8192),
-    "p4de.24xlarge": Row(efa_rdma_read=True, gpus=8, hpus=0, efa_interfaces=4, shm_mib=8192),
-    "p5.48xlarge": Row(efa_rdma_read=True, gpus=8, hpus=0, efa_interfaces=32, shm_mib=49152),
-    "p5e.48xlarge": Row(efa_rdma_read=True, gpus=8, hpus=0, efa_interfaces=32, shm_mib=49152),
-    "p5en.48xlarge": Row(efa_rdma_read=True, gpus=8, hpus=0, efa_interfaces=16, shm_mib=49152),
-    "p6-b200.48xlarge": Row(efa_rdma_read=True, gpus=8, hpus=0, efa_interfaces=8, shm_mib=49152),
-    "p6-b300.48xlarge": Row(efa_rdma_read=True, gpus=8, hpus=0, efa_interfaces=16, shm_mib=49152),
-    "g5.12xlarge": Row(efa_rdma_read=False, gpus=4, hpus=0, efa_interfaces=1, shm_mib=8192),
-    "g5.48xlarge": Row(efa_rdma_read=False, gpus=8, hpus=0, efa_interfaces=1, shm_mib=8192),
-    "g6.12xlarge": Row(efa_rdma_read=True, gpus=4, hpus=0, efa_interfaces=1, shm_mib=8192),
-    "g6.48xlarge": Row(efa_rdma_read=True, gpus=8, hpus=0, efa_interfaces=1, shm_mib=8192),
-    "g6e.12xlarge": Row(efa_rdma_read=True, gpus=4, hpus=0, efa_interfaces=1, shm_mib=8192),
-    "g6e.48xlarge": Row(efa_rdma_read=True, gpus=8, hpus=0, efa_interfaces=4, shm_mib=8192),
-    "dl1.24xlarge": Row(efa_rdma_read=True, gpus=0, hpus=8, efa_interfaces=4, shm_mib=64000),
-    "c5n.18xlarge": Row(efa_rdma_read=False, gpus=0, hpus=0, efa_interfaces=1, shm_mib=4096),
-    "c6i.32xlarge": Row(efa_rdma_read=True, gpus=0, hpus=0, efa_interfaces=1, shm_mib=4096),
-    "m5.24xlarge": Row(efa_rdma_read=False, gpus=0, hpus=0, efa_interfaces=0, shm_mib=4096),
-    "hpc6a.48xlarge": Row(efa_rdma_read=True, gpus=0, hpus=0, efa_interfaces=1, shm_mib=4096),
+    "p3.16xlarge": Row(efa_rdma_read=False, gpus=8, hpus=0, efa_interfaces=0,
+        shm_mib=8192, imex_channel=False),
+    "p3dn.24xlarge": Row(efa_rdma_read=False, gpus=8, hpus=0, efa_interfaces=1,
+        shm_mib=8192, imex_channel=False),
+    "p4d.24xlarge": Row(efa_rdma_read=True, gpus=8, hpus=0, efa_interfaces=4,
+        shm_mib=8192, imex_channel=False),
+    "p4de.24xlarge": Row(efa_rdma_read=True, gpus=8, hpus=0, efa_interfaces=4,
+        shm_mib=8192, imex_channel=False),
+    "p5.48xlarge": Row(efa_rdma_read=True, gpus=8, hpus=0, efa_interfaces=32,
+        shm_mib=49152, imex_channel=False),
+    "p5e.48xlarge": Row(efa_rdma_read=True, gpus=8, hpus=0, efa_interfaces=32,
+        shm_mib=49152, imex_channel=False),
+    "p5en.48xlarge": Row(efa_rdma_read=True, gpus=8, hpus=0, efa_interfaces=16,
+        shm_mib=49152, imex_channel=False),
+    "p6-b200.48xlarge": Row(efa_rdma_read=True, gpus=8, hpus=0, efa_interfaces=8,
+        shm_mib=49152, imex_channel=False),
+    "p6-b300.48xlarge": Row(efa_rdma_read=True, gpus=8, hpus=0, efa_interfaces=16,
+        shm_mib=49152, imex_channel=False),
+    "g5.12xlarge": Row(efa_rdma_read=False, gpus=4, hpus=0, efa_interfaces=1,
+        shm_mib=8192, imex_channel=False),
+    "g5.48xlarge": Row(efa_rdma_read=False, gpus=8, hpus=0, efa_interfaces=1,
+        shm_mib=8192, imex_channel=False),
+    "g6.12xlarge": Row(efa_rdma_read=True, gpus=4, hpus=0, efa_interfaces=1,
+        shm_mib=8192, imex_channel=False),
+    "g6.48xlarge": Row(efa_rdma_read=True, gpus=8, hpus=0, efa_interfaces=1,
+        shm_mib=8192, imex_channel=False),
+    "g6e.12xlarge": Row(efa_rdma_read=True, gpus=4, hpus=0, efa_interfaces=1,
+        shm_mib=8192, imex_channel=False),
+    "g6e.48xlarge": Row(efa_rdma_read=True, gpus=8, hpus=0, efa_interfaces=4,
+        shm_mib=8192, imex_channel=False),
+    "dl1.24xlarge": Row(efa_rdma_read=True, gpus=0, hpus=8, efa_interfaces=4,
+        shm_mib=64000, imex_channel=False),
+    "c5n.18xlarge": Row(efa_rdma_read=False, gpus=0, hpus=0, efa_interfaces=1,
+        shm_mib=4096, imex_channel=False),
+    "c6i.32xlarge": Row(efa_rdma_read=True, gpus=0, hpus=0, efa_interfaces=1,
+        shm_mib=4096, imex_channel=False),
+    "m5.24xlarge": Row(efa_rdma_read=False, gpus=0, hpus=0, efa_interfaces=0,
+        shm_mib=4096, imex_channel=False),
+    "hpc6a.48xlarge": Row(efa_rdma_read=True, gpus=0, hpus=0, efa_interfaces=1,
+        shm_mib=4096, imex_channel=False),
+    "c7gn.16xlarge": Row(efa_rdma_read=True, gpus=0, hpus=0, efa_interfaces=1,
+        shm_mib=4096, imex_channel=False),
+    "hpc7g.16xlarge": Row(efa_rdma_read=True, gpus=0, hpus=0, efa_interfaces=1,
+        shm_mib=4096, imex_channel=False),
+    "p6e-gb200.36xlarge": Row(efa_rdma_read=True, gpus=4, hpus=0, efa_interfaces=4,
+        shm_mib=49152, imex_channel=True),
 }

@@ -251,6 +251,7 @@ def plan_data(result: Plan, names: list[str], local: set[str] | None) -> dict[st
             "number": index[layer.ref],
             "component": "stack" if layer.component == "_stack" else layer.component,
             "version": layer.version, "ref": layer.ref, "tag": layer.tag,
+            "platform": layer.platform,
             "parent": layer.parent,
             "parent_number": index.get(layer.parent),
             "base": bases.get(layer.parent),

@@ -12,6 +12,12 @@ else the image ID of the base in the local engine (what was pulled or bootstrapp
 is pulled. Where no engine answers, or the base is not local yet, the base is *unresolved* and
 its name stands in (the committed ``images/generated/`` Dockerfiles are rendered that way, so
 they do not depend on a machine's engine).
+
+A layer's platform is part of its tag too (as bashbrew puts the architecture in its build id,
+meta-scripts/builds.go ``BuildIDParts.Arch``, and in its staging name ``staging-ARCH``): an
+arm64 layer from the same Dockerfile on the same (unresolved) base name gets another hash and an
+``-arm64`` in its name. linux/amd64, the platform of every stack before stacks had one, hashes
+nothing more, so its tags are the ones they were.
 """
 
 from __future__ import annotations
@@ -32,7 +38,14 @@ from matrix.image.render import (
 )
 from matrix.model import reference
 from matrix.model.cuda_arch import family_archs
-from matrix.model.entities import Base, ComponentVersion, Matrix, Stack, tag_safe
+from matrix.model.entities import (
+    DEFAULT_PLATFORM,
+    Base,
+    ComponentVersion,
+    Matrix,
+    Stack,
+    tag_safe,
+)
 from matrix.model.rules import require_valid
 
 LABEL_PREFIX = "io.github.mnp-stacks"
@@ -127,6 +140,8 @@ class Layer:
     build_args: dict[str, str]
     ref: str
     stacks: list[str] = field(default_factory=list)
+    # The OCI platform the layer is built for (its stack's).
+    platform: str = DEFAULT_PLATFORM
 
     @property
     def tag(self) -> str:
@@ -159,9 +174,14 @@ class Plan:
 
 
 def content_tag(parent: str, dockerfile: str, context: list[ContextFile],
-                build_args: dict[str, str]) -> str:
+                build_args: dict[str, str], platform: str = DEFAULT_PLATFORM) -> str:
+    """The hash in a layer's tag; ``platform`` counts unless it is linux/amd64 (whose tags
+    predate platforms and stay as they were)."""
     digest = hashlib.sha256()
-    for part in (parent, dockerfile, json.dumps(build_args, sort_keys=True)):
+    parts = [parent, dockerfile, json.dumps(build_args, sort_keys=True)]
+    if platform != DEFAULT_PLATFORM:
+        parts.append(f"platform={platform}")
+    for part in parts:
         digest.update(part.encode() + b"\0")
     for item in context:
         digest.update(f"{item.path}\0{int(item.executable)}\0{item.digest()}\0".encode())
@@ -170,14 +190,17 @@ def content_tag(parent: str, dockerfile: str, context: list[ContextFile],
 
 def make_layer(repository: str, component: str, version: str, parent: str, dockerfile: str,
                context: list[ContextFile], build_args: dict[str, str] | None = None,
-               parent_identity: str | None = None) -> Layer:
+               parent_identity: str | None = None, platform: str = DEFAULT_PLATFORM) -> Layer:
     """``parent_identity`` is what the tag hashes for the parent (a base's name and digest);
-    the parent's reference by default (a layer's reference is its content already)."""
+    the parent's reference by default (a layer's reference is its content already). A
+    platform other than linux/amd64 is hashed and named in the tag (``-arm64-``)."""
     args = build_args or {}
-    digest = content_tag(parent_identity or parent, dockerfile, context, args)
+    digest = content_tag(parent_identity or parent, dockerfile, context, args, platform)
     name = "stack" if component == "_stack" else f"{component}-{tag_safe(version)}"
+    if platform != DEFAULT_PLATFORM:
+        name = f"{name[:90]}-{tag_safe(platform.split('/', 1)[1])}"
     return Layer(component, version, parent, dockerfile, context, args,
-                 f"{repository}:{name[:100]}-{digest}")
+                 f"{repository}:{name[:100]}-{digest}", platform=platform)
 
 
 def stack_labels(matrix: Matrix, stack: Stack, base: BaseDigest | None = None) -> dict[str, str]:
@@ -221,7 +244,7 @@ def plan(matrix: Matrix, stacks: list[str] | None = None, images: Path = IMAGES,
             parent, identity = layer.ref, None
         final = make_layer(matrix.repository, "_stack", stack.name, parent,
                            render_stack_labels(parent, stack_labels(matrix, stack, base), images),
-                           [], parent_identity=identity)
+                           [], parent_identity=identity, platform=stack.platform)
         chain.append(_add(result, final, name))
         result.chains[name] = chain
     return result
@@ -235,7 +258,8 @@ def _layer(matrix: Matrix, stack: Stack, cv: ComponentVersion, parent: str, imag
     if cv.component not in contexts:
         contexts[cv.component] = context_files(cv.component, images, root)
     return make_layer(matrix.repository, cv.component, cv.version, parent, dockerfile,
-                      contexts[cv.component], parent_identity=parent_identity)
+                      contexts[cv.component], parent_identity=parent_identity,
+                      platform=stack.platform)
 
 
 def _add(result: Plan, layer: Layer, stack: str) -> str:

@@ -101,6 +101,12 @@ NODE_SHARE_TENTHS = 9
 # https://kubernetes.io/docs/reference/node/node-labels/, "Preset labels"): each node pod is
 # pinned to nodes of --instance-type, whose GPUs, EFA interfaces and slots the plan assumes.
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+# The kubelet sets it to Go's runtime.GOARCH ("handy if you are mixing arm and x86 nodes",
+# https://kubernetes.io/docs/reference/labels-annotations-taints/#kubernetes-io-arch): every pod
+# also selects the architecture its image was built for (the instance table's `arch`, which the
+# rule class instance-platform holds equal to the stack's platform), so a pod never lands on a
+# node that cannot execute its image, whatever the instance-type label says.
+ARCH_LABEL = "kubernetes.io/arch"
 # Habana's device plugin names Gaudi cards habana.ai/gaudi (https://docs.habana.ai/en/latest/
 # Orchestration/Gaudi_Kubernetes/Device_Plugin_for_Kubernetes.html).
 GAUDI = "habana.ai/gaudi"
@@ -273,8 +279,9 @@ def _container(job: Job, name: str, node: bool = True) -> dict[str, Any]:
 
 
 def node_selector(job: Job) -> dict[str, str]:
-    """Nodes of the job's instance type only (see INSTANCE_TYPE_LABEL)."""
-    return {INSTANCE_TYPE_LABEL: job.instance.name}
+    """Nodes of the job's instance type and of its image's architecture only (see
+    INSTANCE_TYPE_LABEL and ARCH_LABEL)."""
+    return {INSTANCE_TYPE_LABEL: job.instance.name, ARCH_LABEL: job.instance.arch}
 
 
 def _pod(container: dict[str, Any], job: Job, node: bool = True) -> dict[str, Any]:

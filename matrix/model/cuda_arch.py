@@ -38,6 +38,7 @@ GPU_COMPUTE_CAPABILITY: dict[str, str] = {
     "H200": "9.0",
     "B200": "10.0",
     "B300": "10.3",  # Blackwell Ultra (p6-b300)
+    "GB200": "10.0",  # Grace Blackwell (p6e-gb200): "NVIDIA GB200 NVIDIA B200" in the 10.0 row
 }
 
 

@@ -26,6 +26,10 @@ _CLAUSE = re.compile(r"(===|~=|==|!=|<=|>=|<|>)\s*([^,\s]+)")
 # read back by image/plan.py; here so neither imports the other).
 RECIPE_LABEL = "io.github.mnp-stacks.bootstrap.recipe"
 
+# The platform a stack is built for when stacks.yaml names none; its content tags hash no
+# platform, so they stay what they were before stacks had one.
+DEFAULT_PLATFORM = "linux/amd64"
+
 
 def comparable(version: str) -> Version:
     """The release part of any version string, for ordering.
@@ -127,9 +131,17 @@ class Stack:
     fabric: str
     where: str
     ci_runner: str | None = None
+    # OCI platform "os/arch" (arch as GOARCH: amd64, arm64), the one the instance table's
+    # `arch` and Kubernetes' kubernetes.io/arch label use.
+    platform: str = DEFAULT_PLATFORM
     size_budget_mb: int | None = None
     # Most MB one filesystem layer may add: ("default", n) and (component, n) pairs.
     layer_budget_mb: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def arch(self) -> str:
+        """The platform's architecture (``arm64`` of ``linux/arm64``)."""
+        return self.platform.split("/")[1]
 
     def layer_budget(self, component: str) -> int | None:
         """The most MB one filesystem layer of ``component``'s image may add (None: no budget)."""

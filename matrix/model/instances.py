@@ -39,10 +39,13 @@ class InstanceType:
     resource (the DL1 job runs privileged). ``efa_interfaces`` is the number of EFA devices, one
     ``/dev/infiniband/uverbsN`` each; ``efa_rdma_read`` tells whether EFA on this type supports
     RDMA reads (GPUDirect RDMA). ``shm_mib`` is the ``/dev/shm`` size to give the container.
-    ``source`` names the upstream page and section of every figure; ``unverified`` lists the
-    figures not confirmed there, with the reason. ``notice`` is the one line whoever picks the
-    type must read (that it may no longer be offered, say): ``invoke stacks`` shows it under
-    every stack listing the type, and every artefact written for the type carries it.
+    ``arch`` is the CPU architecture as GOARCH names it (``amd64``, ``arm64``), what a stack's
+    platform must say to run there; ``imex_channel`` says multi-node NVLink on the type needs an
+    NVIDIA IMEX channel device in the container (p6e-gb200). ``source`` names the upstream page
+    and section of every figure; ``unverified`` lists the figures not confirmed there, with the
+    reason. ``notice`` is the one line whoever picks the type must read (that it may no longer
+    be offered, say): ``invoke stacks`` shows it under every stack listing the type, and every
+    artefact written for the type carries it.
     """
 
     name: str
@@ -58,6 +61,8 @@ class InstanceType:
     hpu_model: str | None = None
     network_gbps: int = 0
     threads_per_core: int = 2
+    arch: str = "amd64"
+    imex_channel: bool = False
     unverified: str = ""
     notice: str = ""
 
@@ -108,6 +113,8 @@ def _row(name: str, raw: dict[str, Any], sources: dict[str, str], where: str) ->
         hpu_model=raw.get("hpu_model"),
         network_gbps=raw["network_gbps"],
         threads_per_core=raw.get("threads_per_core", 2),
+        arch=raw["arch"],
+        imex_channel=raw.get("imex_channel", False),
         unverified=raw.get("unverified", ""),
         notice=raw.get("notice", ""),
     )

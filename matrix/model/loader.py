@@ -12,7 +12,15 @@ from packaging.specifiers import InvalidSpecifier
 
 from matrix.errors import UserError, did_you_mean, excerpt
 from matrix.model import reference, yamlsrc
-from matrix.model.entities import Base, ComponentVersion, Matrix, Stack, comparable, specifier
+from matrix.model.entities import (
+    DEFAULT_PLATFORM,
+    Base,
+    ComponentVersion,
+    Matrix,
+    Stack,
+    comparable,
+    specifier,
+)
 from matrix.model.instances import INSTANCE_TYPES, TABLE
 from matrix.model.schema import check_options, check_schema, key_text
 from matrix.model.settings import ROOT
@@ -136,6 +144,7 @@ def _stack(name: str, spec: dict[str, Any], bases: dict[str, Base],
         name=name, description=spec["description"], base=bases[spec["base"]],
         layers=tuple(layers), instances=tuple(spec["instances"]), fabric=spec["fabric"],
         where=located.where(here), ci_runner=(spec.get("ci") or {}).get("runner"),
+        platform=spec.get("platform", DEFAULT_PLATFORM),
         size_budget_mb=spec.get("size_budget_mb"),
         layer_budget_mb=_layer_budget(spec.get("layer_budget_mb")),
     )

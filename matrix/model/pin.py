@@ -172,12 +172,13 @@ def _file_version(filename: str) -> Version | None:
         return None
 
 
-def choose(files: list[IndexFile], pythons: set[str]) -> IndexFile | None:
-    """The file to pin: a wheel for x86_64 Linux that installs on every one of ``pythons``
-    (an older manylinux tag first, so older pips take it), else the sdist."""
+def choose(files: list[IndexFile], pythons: set[str], arch: str = "amd64") -> IndexFile | None:
+    """The file to pin: a wheel for Linux on ``arch`` (x86_64 for amd64, aarch64 for arm64)
+    that installs on every one of ``pythons`` (an older manylinux tag first, so older pips take
+    it), else the sdist."""
     usable = [f for f in files if not f.yanked and f.sha256]
     wheels = sorted((f for f in usable if f.tag != "sdist"
-                     and pythons and all(wheel_fits(f.tag, py) for py in pythons)),
+                     and pythons and all(wheel_fits(f.tag, py, arch) for py in pythons)),
                     key=lambda f: (_manylinux_rank(f.tag), f.filename))
     if wheels:
         return wheels[0]
@@ -200,6 +201,8 @@ class PipPin:
     name: str
     pin: dict[str, Any]
     pythons: frozenset[str]
+    # The architecture of the stacks that install it (amd64 unless only arm64 stacks do).
+    arch: str = "amd64"
 
     @property
     def label(self) -> str:
@@ -211,16 +214,19 @@ class PipPin:
 
 
 def pip_pins(matrix: Matrix) -> list[PipPin]:
-    """Every pip pin, with the Pythons of the stacks that install it."""
+    """Every pip pin, with the Pythons and architectures of the stacks that install it."""
     pythons: dict[tuple[str, str], set[str]] = {}
+    arches: dict[tuple[str, str], set[str]] = {}
     for stack in matrix.stacks.values():
         python = stack.versions().get("python")
         for layer in stack.layers:
+            arches.setdefault((layer.component, layer.version), set()).add(stack.arch)
             if python:
                 pythons.setdefault((layer.component, layer.version), set()).add(python)
     components = matrix.located.data["components"]
     return [PipPin(component, version, name, pin,
-                   frozenset(pythons.get((component, version), set())))
+                   frozenset(pythons.get((component, version), set())),
+                   "arm64" if arches.get((component, version)) == {"arm64"} else "amd64")
             for component, spec in components.items()
             for version, vspec in spec["versions"].items()
             for name, pin in (vspec.get("pip") or {}).items()]
@@ -234,7 +240,7 @@ def _resolve(pin: PipPin, index: Index) -> tuple[IndexFile | None, str]:
     by_hash = next((f for f in files if f.sha256 == pin.pin.get("sha256")), None)
     if by_hash:
         return by_hash, ""
-    chosen = choose(files, set(pin.pythons))
+    chosen = choose(files, set(pin.pythons), pin.arch)
     problem = f"{pin.label}: sha256 {pin.pin.get('sha256')} is not a file of this release"
     return chosen, problem
 

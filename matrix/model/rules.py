@@ -279,8 +279,14 @@ def check_requires_python(stack: Stack, rule: Rule) -> list[Violation]:
     return violations
 
 
-def wheel_fits(tag: str, python: str) -> bool:
-    """Whether a wheel with compatibility ``tag`` installs on CPython ``python`` on x86_64 Linux."""
+# A platform's architecture (GOARCH) as wheel platform tags end (manylinux_2_28_aarch64).
+WHEEL_MACHINE = {"amd64": "x86_64", "arm64": "aarch64"}
+
+
+def wheel_fits(tag: str, python: str, arch: str = "amd64") -> bool:
+    """Whether a wheel with compatibility ``tag`` installs on CPython ``python`` on Linux on
+    ``arch`` (GOARCH: amd64 is x86_64 in a wheel tag, arm64 is aarch64)."""
+    machine = WHEEL_MACHINE[arch]
     release = comparable(python).release
     major, minor = release[0], release[1] if len(release) > 1 else 0
     for item in parse_tag(tag):
@@ -288,7 +294,7 @@ def wheel_fits(tag: str, python: str) -> bool:
         fits_python = interpreter in (f"cp{major}{minor}", f"py{major}", f"py{major}{minor}") or (
             abi == "abi3" and interpreter.startswith(f"cp{major}")
             and int(interpreter[3:] or 0) <= minor)
-        fits_platform = platform == "any" or platform.endswith("x86_64")
+        fits_platform = platform == "any" or platform.endswith(machine)
         if fits_python and fits_platform:
             return True
     return False
@@ -300,9 +306,10 @@ def check_wheel_tags(stack: Stack, rule: Rule) -> list[Violation]:
     violations = []
     for layer, name, pin in _pip_pins(stack):
         tag = pin.get("tag")
-        if python and tag and tag != "sdist" and not wheel_fits(tag, python):
+        if python and tag and tag != "sdist" and not wheel_fits(tag, python, stack.arch):
             detail = (f"{layer.label} pins the {name} {pin['version']} wheel tagged {tag}, "
-                      f"which does not install on Python {python} (x86_64 Linux)")
+                      f"which does not install on Python {python} "
+                      f"({WHEEL_MACHINE[stack.arch]} Linux, the stack's {stack.platform})")
             violations.append(Violation(stack, rule, layer.label, "python", python, (tag,),
                                         detail, f"{PYPI_SIMPLE}/{name}/"))
     return violations
@@ -331,6 +338,19 @@ def check_gpu_arch(stack: Stack, rule: Rule) -> list[Violation]:
     return violations
 
 
+def check_instance_platform(stack: Stack, rule: Rule) -> list[Violation]:
+    """Every target instance type's CPU architecture must be the stack's platform's."""
+    violations = []
+    for row in _instance_rows(stack):
+        if row.arch != stack.arch:
+            detail = (f"instance {row.name} is {row.arch}; the stack is built for "
+                      f"{stack.platform}")
+            violations.append(Violation(stack, rule, f"instance {row.name}", "platform",
+                                        stack.platform, (f"linux/{row.arch}",), detail,
+                                        f"matrix/model/instances.yaml {row.name} arch"))
+    return violations
+
+
 CLASS_CHECKS: dict[str, Callable[[Stack, Rule], list[Violation]]] = {
     "build-requires": check_build_requires,
     "os-release": check_os,
@@ -339,6 +359,7 @@ CLASS_CHECKS: dict[str, Callable[[Stack, Rule], list[Violation]]] = {
     "pip-requires-python": check_requires_python,
     "pip-wheel-tags": check_wheel_tags,
     "gpu-arch": check_gpu_arch,
+    "instance-platform": check_instance_platform,
     **layer_classes.CHECKS,
 }
 

@@ -77,7 +77,8 @@ def test_every_declared_pair_makes_valid_manifests_of_every_kind(stack, instance
             assert trainer.get("resourcesPerNode", {}) == expected
             patched = manifest["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]
             pod = patched["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
-            assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": instance_type}
+            assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": instance_type,
+                                           "kubernetes.io/arch": row.arch}
             continue
         for pod in pods(manifest):
             (container,) = pod["containers"]
@@ -91,7 +92,8 @@ def test_every_declared_pair_makes_valid_manifests_of_every_kind(stack, instance
             assert claims == ["fsx-pvc"]
             if container["name"] != "launcher":
                 assert container.get("resources", {}) == expected
-                assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": instance_type}
+                assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": instance_type,
+                                           "kubernetes.io/arch": row.arch}
 
 
 def test_resources_follow_the_instance_table():
@@ -311,7 +313,7 @@ def test_cpu_stack_pods_ask_for_their_node_and_only_its_type(tmp_path, kind):
                    "c5n.18xlarge", "--image-uri", IMAGE, "--output", str(target), command=COMMAND)
     assert proc.returncode == 0, proc.stderr
     manifest = yaml.safe_load(target.read_text())
-    wanted = {"node.kubernetes.io/instance-type": "c5n.18xlarge"}
+    wanted = {"node.kubernetes.io/instance-type": "c5n.18xlarge", "kubernetes.io/arch": "amd64"}
     asked = {"requests": {"cpu": "64", "memory": "172Gi"}}
     if kind == "trainjob":
         assert manifest["spec"]["trainer"]["resourcesPerNode"] == asked

@@ -1,0 +1,148 @@
+"""arm64 as a platform (issue 45): the platform is data in the stack schema, the instance table
+(`arch` in every row), a rule class (instance-platform) that `invoke stacks` and every writer
+apply, every content tag and `invoke plan --json`; Kubernetes manifests select
+kubernetes.io/arch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from matrix.image.plan import content_tag, plan
+from matrix.model.instances import INSTANCE_TYPES, TABLE
+from matrix.model.rules import check_matrix, load_rules
+from tests.helpers import one_line, project_matrix
+
+ROOT = Path(__file__).resolve().parent.parent
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cpu-tcp-arm64@sha256:" + "e" * 64
+RULE = "instance-platform"
+TASKS = {"jobdef": ["jobdef"], "sbatch": ["sbatch"], "k8s": ["k8s", "--kind", "mpijob"]}
+
+
+def invoke(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_every_instance_row_says_its_architecture_and_cites_it():
+    raw = yaml.safe_load(TABLE.read_text(encoding="utf-8"))["instances"]
+    assert all("arch" in row for row in raw.values()), [n for n, r in raw.items() if "arch" not in r]
+    arm = {name for name, row in INSTANCE_TYPES.items() if row.arch == "arm64"}
+    assert arm == {"c7gn.16xlarge", "hpc7g.16xlarge", "p6e-gb200.36xlarge"}
+    assert {row.arch for row in INSTANCE_TYPES.values()} == {"amd64", "arm64"}
+    for row in INSTANCE_TYPES.values():
+        assert "kubernetes.io/arch" in row.source or row.name == "p6e-gb200.36xlarge", row.name
+    gb200 = INSTANCE_TYPES["p6e-gb200.36xlarge"]
+    assert (gb200.gpus, gb200.gpu_model, gb200.efa_interfaces, gb200.imex_channel) == \
+        (4, "GB200", 4, True)
+    assert "AL2023 ARM NVIDIA" in gb200.source
+
+
+def stacks_with(tmp_path: Path, targets: dict[str, str]) -> Path:
+    text = (ROOT / "stacks.yaml").read_text(encoding="utf-8")
+    for stack, instances in targets.items():
+        start = text.index(f"\n  {stack}:\n")
+        line = text.index("    instances: [", start)
+        end = text.index("]\n", line)
+        text = text[:line] + f"    instances: [{instances}" + text[end:]
+    path = tmp_path / "stacks.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_stack_on_a_type_of_another_architecture_is_invalid_with_the_rule(tmp_path):
+    stacks = stacks_with(tmp_path, {"cpu-tcp-arm64": "c7gn.16xlarge, c5n.18xlarge",
+                                    "cpu-mpi": "c5n.18xlarge, hpc7g.16xlarge"})
+    proc = invoke("stacks", "--stacks", str(stacks), "--json")
+    assert one_line(proc, 1) == f"error: 2 stack(s) in {stacks} break compatibility rules"
+    rows = {row["name"]: row for row in json.loads(proc.stdout)["stacks"]}
+    why = {rule.id: rule for rule in load_rules()}[RULE].why
+    assert rows["cpu-tcp-arm64"]["violations"] == [
+        f"instance c5n.18xlarge is amd64; the stack is built for linux/arm64 "
+        f"[rule class {RULE}: {why}]"]
+    assert rows["cpu-mpi"]["violations"] == [
+        f"instance hpc7g.16xlarge is arm64; the stack is built for linux/amd64 "
+        f"[rule class {RULE}: {why}]"]
+
+
+def test_the_project_stacks_keep_to_their_platform():
+    matrix = project_matrix()
+    assert {n: [str(v) for v in found] for n, found in check_matrix(matrix).items() if found} == {}
+    assert matrix.stack("cpu-tcp-arm64").platform == "linux/arm64"
+    assert matrix.stack("cpu-tcp").platform == "linux/amd64"
+
+
+@pytest.mark.parametrize("task", list(TASKS))
+@pytest.mark.parametrize(("stack", "instance", "arch", "platform"), [
+    ("cpu-tcp-arm64", "c5n.18xlarge", "amd64", "linux/arm64"),
+    ("cpu-mpi", "c7gn.16xlarge", "arm64", "linux/amd64"),
+])
+def test_every_writer_refuses_a_stack_on_a_type_of_another_architecture(
+        tmp_path, task, stack, instance, arch, platform):
+    target = tmp_path / "out"
+    line = one_line(invoke(*TASKS[task], "--stack", stack, "--instance-type", instance,
+                           "--nodes", "2", "--image-uri", IMAGE, "--output", str(target),
+                           "--", "python3", "train.py"), 1)
+    assert (f"stack {stack} cannot run on {instance}" in line
+            and f"instance {instance} is {arch}; the stack is built for {platform} "
+                f"[rule {RULE}]" in line), line
+    assert not target.exists()
+
+
+@pytest.mark.parametrize("task", list(TASKS))
+def test_every_writer_accepts_the_arm64_stack_on_its_graviton_types(tmp_path, task):
+    target = tmp_path / "out"
+    proc = invoke(*TASKS[task], "--stack", "cpu-tcp-arm64", "--instance-type", "hpc7g.16xlarge",
+                  "--nodes", "2", "--image-uri", IMAGE, "--output", str(target),
+                  "--", "python3", "train.py")
+    assert proc.returncode == 0, proc.stderr
+    if task == "k8s":
+        text = target.read_text(encoding="utf-8")
+        assert "kubernetes.io/arch: arm64" in text
+
+
+def test_an_arm64_layer_of_the_same_dockerfile_gets_another_tag():
+    matrix = project_matrix()
+    result = plan(matrix, ["cpu-mpi", "cpu-tcp-arm64"], engine=None)
+    amd = {layer.component: layer for layer in result.chain("cpu-mpi")}
+    arm = {layer.component: layer for layer in result.chain("cpu-tcp-arm64")}
+    for component in ("ssh", "libfabric", "openmpi", "python", "mpi4py", "entrypoint"):
+        assert amd[component].tag != arm[component].tag, component
+        assert "-arm64-" in arm[component].tag and "arm64" not in amd[component].tag
+        assert (amd[component].platform, arm[component].platform) == \
+            ("linux/amd64", "linux/arm64")
+    # the same Dockerfile on the same parent name: only the platform tells them apart
+    ssh = amd["ssh"]
+    same = content_tag("debian:bookworm", ssh.dockerfile, ssh.context, ssh.build_args)
+    other = content_tag("debian:bookworm", ssh.dockerfile, ssh.context, ssh.build_args,
+                        "linux/arm64")
+    assert same != other
+    # amd64 hashes nothing more: its tags are those before stacks had a platform
+    assert content_tag("p", "d", [], {}, "linux/amd64") == content_tag("p", "d", [], {})
+
+
+def test_plan_json_shows_each_layers_platform():
+    proc = invoke("plan", "--stack", "cpu-tcp-arm64", "--json")
+    assert proc.returncode == 0, proc.stderr
+    layers = json.loads(proc.stdout)["layers"]
+    assert layers and {row["platform"] for row in layers} == {"linux/arm64"}
+    proc = invoke("plan", "--stack", "cpu-mpi", "--json")
+    assert {row["platform"] for row in json.loads(proc.stdout)["layers"]} == {"linux/amd64"}
+
+
+def test_explain_on_p6e_gb200_says_what_multi_node_nvlink_needs():
+    proc = invoke("explain", "--stack", "cuda13.2-tcp-arm64", "--instance-type",
+                  "p6e-gb200.36xlarge", "--nodes", "2", "--launcher", "torchrun")
+    assert ("p6e-gb200 multi-node NVLink needs the NVIDIA IMEX service on each host and an IMEX "
+            "channel /dev/nvidia-caps-imex-channels/channelN in the container") in proc.stdout
+    source = INSTANCE_TYPES["p6e-gb200.36xlarge"].source
+    for fact in ("imexchannels.html", "switch/nvidia_imex", "CVE-2024-42511",
+                 "computedomain.go", "src/mnnvl.cc", "capacity-blocks-nvidia-imex.html"):
+        assert fact in source, fact
