@@ -85,12 +85,26 @@ def test_one_nodes_validator_and_one_exit_code_for_every_task(task, nodes, expec
 
 
 def test_above_batchs_default_node_limit_is_a_note_citing_aws():
-    proc = invoke("explain", "--instance-type", "c5n.18xlarge", "--nodes", "1001", env=NO_ENGINE)
+    """invoke jobdef says it once on stderr; explain --scheduler batch among its plan's notes;
+    no other scheduler's job says it (the limit is AWS Batch's)."""
+    pick = ("--instance-type", "c5n.18xlarge", "--nodes", "1001")
+    notes = []
+    proc = invoke("jobdef", *pick, "--image-uri", "r@sha256:" + "a" * 64, "--", "python3",
+                  "train.py", env=NO_ENGINE)
     assert proc.returncode == 0, proc.stderr
-    (note,) = proc.stderr.strip().splitlines()
-    assert note.startswith("note: --nodes 1001 is above AWS Batch's default limit of 1000 nodes")
-    assert "https://docs.aws.amazon.com/batch/latest/userguide/mnp-node-groups.html" in note
+    notes.append(proc.stderr.strip())
+    proc = invoke("explain", *pick, env=NO_ENGINE)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     assert "1001 x c5n.18xlarge" in proc.stdout
+    notes += [line for line in proc.stdout.splitlines() if "default limit" in line]
+    for note in notes:
+        assert note.startswith("note: --nodes 1001 is above AWS Batch's default limit of 1000 "
+                               "nodes"), notes
+        assert "https://docs.aws.amazon.com/batch/latest/userguide/mnp-node-groups.html" in note
+    assert len(notes) == 2, notes
+    proc = invoke("explain", *pick, "--scheduler", "slurm", env=NO_ENGINE)
+    assert proc.returncode == 0, proc.stderr
+    assert "Batch" not in proc.stdout + proc.stderr
 
 
 def test_integer_helper():
@@ -525,7 +539,7 @@ def complete(*words: str, cwd: Path = ROOT) -> list[str]:
 
 
 def test_completion_of_stack_names_tasks_and_options():
-    assert complete("invoke", "build", "--stack", "cpu") == ["cpu-tcp", "cpu-mpi"]
+    assert complete("invoke", "build", "--stack", "cpu-m") == ["cpu-mpi"]
     assert complete("invoke", "build", "--stack", "cuda12") == ["cuda12.1-efa"]
     assert complete("invoke", "pl") == ["plan"]
     assert "--stack" in complete("./dev", "invoke", "plan", "--st")
@@ -598,9 +612,10 @@ def test_completion_reads_the_stacks_file_given_with_an_equals_sign(tmp_path):
     mine = tmp_path / "mine.yaml"
     mine.write_text((ROOT / "stacks.yaml").read_text().replace("\n  cpu-mpi:\n", "\n  cpu-mine:\n"))
     for words in (["--stacks", "=", str(mine)], [f"--stacks={mine}"], ["--stacks", str(mine)]):
-        assert complete("invoke", "plan", *words, "--stack", "cpu") == ["cpu-tcp", "cpu-mine"], words
-    assert complete("invoke", "plan", f"--stacks={mine}", "--stack", "=", "cpu") == [
-        "cpu-tcp", "cpu-mine"]
+        assert complete("invoke", "plan", *words, "--stack", "cpu-") == [
+            "cpu-tcp", "cpu-mine", "cpu-tcp-arm64"], words
+    assert complete("invoke", "plan", f"--stacks={mine}", "--stack", "=", "cpu-m") == [
+        "cpu-mine"]
 
 
 def test_a_reader_that_leaves_early_gets_no_traceback():

@@ -12,7 +12,7 @@ import pytest
 
 from entrypoint import launchers
 from entrypoint.probe import fabric
-from matrix.cli import deploy
+from matrix.cli import jobtasks
 from matrix.errors import UserError
 from matrix.jobs.explain import ExplainError, explain, parse_nodes
 from matrix.model.instances import INSTANCE_TYPES
@@ -23,23 +23,33 @@ MATRIX = project_matrix()
 PAIRS = [(name, itype) for name, stack in MATRIX.stacks.items() for itype in stack.instances]
 
 
+def explain_task(stack: str, itype: str, nodes: str, launcher: str, as_json: bool,
+                 command: list[str]) -> None:
+    """``invoke explain`` as invoke calls it: the typed option values, raw."""
+    jobtasks.explain({"stacks": str(ROOT / "stacks.yaml"), "stack": [stack],
+                      "instance_type": itype, "nodes": nodes, "launcher": launcher,
+                      "json": as_json}, command)
+
+
 @pytest.mark.parametrize("stack,itype", PAIRS, ids=[f"{s}@{i}" for s, i in PAIRS])
 def test_every_stack_on_each_of_its_instances(stack, itype, capsys):
     # (No instance type can be missing from the table here: load_matrix rejects a stacks file
-    # that names one, so MATRIX above would not load.)
-    deploy.explain(str(ROOT / "stacks.yaml"), stack, itype, "3", "mpirun", False,
-                ["python3", "train.py"])
+    # that names one, so MATRIX above would not load.) mpirun where the stack has Open MPI,
+    # else torchrun (a stack with PyTorch and NCCL alone).
+    launcher = "mpirun" if "openmpi" in MATRIX.stacks[stack].versions() else "torchrun"
+    explain_task(stack, itype, "3", launcher, False, ["python3", "train.py"])
     text = capsys.readouterr().out
     assert f"stack {stack} on 3 x {itype}" in text
     assert "role: main, node 0 of 3" in text and "command: " in text
-    deploy.explain(str(ROOT / "stacks.yaml"), stack, itype, "3", "mpirun", True,
-                ["python3", "train.py"])
+    explain_task(stack, itype, "3", launcher, True, ["python3", "train.py"])
     data = json.loads(capsys.readouterr().out)["roles"][0]["plan"]  # the main node's dry run
     instance = INSTANCE_TYPES[itype]
     assert data["problems"] == [], data["problems"]
     assert data["slots"]["count"] == instance.slots_per_node()
     assert data["fabric"]["kind"] == MATRIX.stacks[stack].fabric
-    assert data["argv"][-2:] == ["python3", "train.py"]
+    # mpirun runs the command as typed; torchrun takes the script without its interpreter
+    assert data["argv"][-2 if launcher == "mpirun" else -1:] == ["python3", "train.py"][
+        -2 if launcher == "mpirun" else -1:]
     assert len(data["hostfile"]) == 3
     assert data["facts"]["origin"].startswith("declared: stacks.yaml")
 
@@ -54,13 +64,18 @@ def test_a_pytorch_launcher_on_a_stack_without_pytorch_is_a_problem(launcher):
 def test_a_plan_with_problems_exits_1(as_json):
     args = ["--json"] if as_json else []
     proc = subprocess.run([sys.executable, "-m", "invoke", "explain", "--stack", "cpu-mpi",
-                           "--instance-type", "c5n.18xlarge", "--launcher", "torchrun", *args],
+                           "--instance-type", "c5n.18xlarge", "--nodes", "2", "--launcher",
+                           "torchrun", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     if as_json:
         assert json.loads(proc.stdout)["roles"][0]["plan"]["problems"]
     else:
         assert "PROBLEM (a real run stops here): torchrun needs PyTorch" in proc.stdout
+    # the plan, then the line invoke jobdef refuses the same job with
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: stack cpu-mpi with launcher torchrun on 2 x c5n.18xlarge "
+                           "under AWS Batch: ") and "torchrun needs PyTorch" in line, line
 
 
 def test_every_launcher_explains_on_a_stack_that_has_it(capsys):
@@ -71,10 +86,11 @@ def test_every_launcher_explains_on_a_stack_that_has_it(capsys):
 
 
 @pytest.mark.parametrize("args,word", [
-    (["--stack", "nope", "--instance-type", "p4d.24xlarge"], "--stack 'nope'"),
-    (["--stack", "cpu-tcp", "--instance-type", "x9.huge"], "--instance-type 'x9.huge'"),
-    (["--stack", "cpu-tcp", "--instance-type", "c5n.18xlarge", "--launcher", "horovodrun"],
-     "--launcher 'horovodrun'"),
+    (["--stack", "nope", "--instance-type", "p4d.24xlarge", "--nodes", "2"], "--stack 'nope'"),
+    (["--stack", "cpu-tcp", "--instance-type", "x9.huge", "--nodes", "2"],
+     "--instance-type 'x9.huge'"),
+    (["--stack", "cpu-tcp", "--instance-type", "c5n.18xlarge", "--nodes", "2", "--launcher",
+      "horovodrun"], "--launcher 'horovodrun'"),
     (["--stack", "cpu-tcp", "--instance-type", "c5n.18xlarge", "--nodes", "two"],
      "--nodes 'two'"),
 ])
@@ -88,12 +104,15 @@ def test_unknown_names_exit_2_with_one_line(args, word):
 
 def test_unknown_stack_is_worded_as_the_other_tasks_word_it():
     proc = subprocess.run([sys.executable, "-m", "invoke", "explain", "--stack", "cpu-tpc",
-                           "--instance-type", "c5n.18xlarge"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+                           "--instance-type", "c5n.18xlarge", "--nodes", "2"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == (
-        "error: --stack 'cpu-tpc': no stack of that name; did you mean cpu-tcp? "
+        "error: stacks.yaml: --stack 'cpu-tpc': no stack of that name; did you mean cpu-tcp? "
         f"(stacks: {', '.join(sorted(MATRIX.stacks))})")
+    other = subprocess.run([sys.executable, "-m", "invoke", "plan", "--stack", "cpu-tpc"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert (other.returncode, other.stderr) == (2, proc.stderr)
 
 
 def test_invoke_explain_json_from_the_command_line():
@@ -118,8 +137,8 @@ def test_an_instance_outside_the_stack_is_explained_with_a_note():
 
 def test_a_stack_without_cuda_on_a_gpu_instance_is_refused():
     """cpu-tcp on p5 would ask Batch for 8 GPUs a node and use none (issue 16, item 8)."""
-    with pytest.raises(UserError, match=r"cannot run on p5.48xlarge: instance p5.48xlarge "
-                                         r"\(gpus 8\) needs cuda, it is missing"):
+    with pytest.raises(UserError, match=r"cannot run on p5.48xlarge under AWS Batch: instance "
+                                         r"p5.48xlarge \(gpus 8\) needs cuda, it is missing"):
         explain(MATRIX, "cpu-tcp", "p5.48xlarge", 2)
 
 
@@ -152,8 +171,8 @@ def test_a_pair_jobdef_refuses_exits_1_with_its_line(stack, itype, rule):
     assert f"stack {stack} cannot run on {itype}" in str(failure.value)
     assert rule is None or f"[rule {rule}]" in str(failure.value)
     proc = subprocess.run([sys.executable, "-m", "invoke", "explain", "--stack", stack,
-                           "--instance-type", itype], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+                           "--instance-type", itype, "--nodes", "2"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot run on" in lines[0], proc.stderr
@@ -195,29 +214,37 @@ def test_explain_refuses_a_node_count_the_entrypoint_would_refuse(nodes):
         explain(MATRIX, "cpu-tcp", "c5n.18xlarge", nodes)
 
 
-# role, launcher unit and the start of the command each scheduler's node 0 gets (issue 15), with
-# the names the writer gives the job (invoke k8s: mnp-<stack>)
+# --launcher (None: the writer's default, as its task writes MNP_LAUNCHER), then node 0's role,
+# the adapter that detects it, its launcher unit and the start of what it runs, for each
+# scheduler (issue 15), with the names the writer gives the job (invoke k8s: mnp-<stack>).
+# invoke sbatch's default is mpirun with --ranks srun: srun --mpi=pmix starts every rank, so each
+# task is a rank (the rank adapter, PMIX_RANK) running the command itself.
 SCHEDULED = {
-    "batch": ("main", "mpirun", "rendezvous"),
-    "slurm": ("main", "torchrun", "--master_addr node1"),
-    "pytorchjob": ("main", "torchrun", "--master_addr mnp-cpu-tcp-master-0 --master_port 23456"),
-    "trainjob": ("main", "torchrun", "--master_addr mnp-cpu-tcp-node-0-0.mnp-cpu-tcp --master_port 29500"),
-    "mpijob": ("launcher", "mpirun", "mpirun --allow-run-as-root -np 108"),  # 3 workers x 36
+    "batch": (None, "main", "batch", "mpirun", "rendezvous"),
+    "slurm": (None, "rank", "rank", "none", "rank: 0 (PMIX_RANK)"),
+    "slurm-torchrun": ("torchrun", "main", "slurm", "torchrun", "--master_addr node1"),
+    "pytorchjob": (None, "main", "pytorchjob", "torchrun",
+                   "--master_addr mnp-cpu-tcp-master-0 --master_port 23456"),
+    "trainjob": (None, "main", "trainjob", "torchrun",
+                 "--master_addr mnp-cpu-tcp-node-0-0.mnp-cpu-tcp --master_port 29500"),
+    "mpijob": (None, "launcher", "mpijob", "mpirun",
+               "mpirun --allow-run-as-root -np 108"),  # 3 workers x 36
 }
 
 
-@pytest.mark.parametrize("scheduler", sorted(SCHEDULED))
-def test_explain_under_each_scheduler_uses_its_adapters_example(scheduler):
-    role, unit, expected = SCHEDULED[scheduler]
-    result = explain(MATRIX, "cpu-tcp", "c5n.18xlarge", 3, None, ["python3", "train.py"],
+@pytest.mark.parametrize("case", sorted(SCHEDULED))
+def test_explain_under_each_scheduler_uses_its_adapters_example(case):
+    scheduler = case.split("-")[0]
+    launcher, role, adapter, unit, expected = SCHEDULED[case]
+    result = explain(MATRIX, "cpu-tcp", "c5n.18xlarge", 3, launcher, ["python3", "train.py"],
                      scheduler=scheduler)
     plan = result.plan
     assert (plan.role["mode"], plan.role["scheduler"], plan.launcher["unit"]) == (
-        role, scheduler, unit)
+        role, adapter, unit)
     assert plan.problems == [], plan.problems
     text = result.text()
     assert f"under {scheduler}" in text.splitlines()[0]
-    assert f"scheduler: {scheduler} (detected from " in text
+    assert f"scheduler: {adapter} (detected from " in text
     assert expected in text
     if scheduler != "batch":
         assert plan.rendezvous is None and plan.ssh is None
@@ -253,7 +280,8 @@ def test_an_elastic_pytorchjob_explains_as_a_peer_on_its_rendezvous(backend):
 
 
 def test_rdzv_needs_the_pytorchjob_scheduler():
-    with pytest.raises(ExplainError, match="^--rdzv 'etcd': an elastic PyTorchJob's backend"):
+    with pytest.raises(ExplainError, match="^--rdzv etcd: an elastic PyTorchJob's rendezvous; "
+                                           "add --scheduler pytorchjob$"):
         explain(MATRIX, "cpu-tcp", "c5n.18xlarge", 2, None, scheduler="slurm", rdzv="etcd")
 
 
@@ -262,18 +290,19 @@ def invoke_explain(*args: str) -> subprocess.CompletedProcess:
                            "train.py"], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("scheduler, role", [("slurm", "main"), ("pytorchjob", "main"),
-                                             ("trainjob", "main"), ("mpijob", "launcher"),
-                                             ("batch", "main")])
-def test_invoke_explain_scheduler_from_the_command_line(scheduler, role):
-    """--scheduler reaches the plan; with no --launcher the scheduler's role picks it."""
+@pytest.mark.parametrize("scheduler, role, adapter, unit", [
+    ("slurm", "rank", "rank", "none"),  # mpirun --ranks srun: srun starts each rank
+    ("pytorchjob", "main", "pytorchjob", "torchrun"), ("trainjob", "main", "trainjob", "torchrun"),
+    ("mpijob", "launcher", "mpijob", "mpirun"), ("batch", "main", "batch", "mpirun")])
+def test_invoke_explain_scheduler_from_the_command_line(scheduler, role, adapter, unit):
+    """--scheduler reaches the plan; with no --launcher the writer's default launcher, as its
+    task writes MNP_LAUNCHER."""
     proc = invoke_explain("--stack", "cpu-tcp", "--instance-type", "c5n.18xlarge", "--nodes",
                           "3", "--scheduler", scheduler, "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)["roles"][0]["plan"]
-    assert data["role"]["scheduler"] == scheduler
-    expected = "torchrun" if scheduler in ("slurm", "pytorchjob", "trainjob") else "mpirun"
-    assert data["launcher"]["unit"] == expected
+    assert data["role"]["scheduler"] == adapter
+    assert data["launcher"]["unit"] == unit
     assert role in json.dumps(data["role"])
 
 
@@ -283,7 +312,8 @@ def test_invoke_explain_scheduler_from_the_command_line(scheduler, role):
     (["--scheduler", "pytorchjob", "--rdzv", "zookeeper"], "--rdzv"),
 ])
 def test_invoke_explain_scheduler_mistakes_are_one_line_exit_2(args, word):
-    proc = invoke_explain("--stack", "cpu-tcp", "--instance-type", "c5n.18xlarge", *args)
+    proc = invoke_explain("--stack", "cpu-tcp", "--instance-type", "c5n.18xlarge", "--nodes",
+                          "2", *args)
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert word in line and "Traceback" not in proc.stderr
@@ -296,7 +326,7 @@ def test_invoke_explain_scheduler_mistakes_are_one_line_exit_2(args, word):
 ])
 def test_invoke_explain_runs_the_stacks_own_mpirun(stack, itype, mpirun):
     """Issue 25: cuda10.1-tcp builds Open MPI into /opt/openmpi; explain printed /usr/bin/mpirun."""
-    proc = invoke_explain("--stack", stack, "--instance-type", itype)
+    proc = invoke_explain("--stack", stack, "--instance-type", itype, "--nodes", "2")
     assert proc.returncode == 0, proc.stderr
     command = [line for line in proc.stdout.splitlines() if line.startswith("command: ")][0]
     assert command.startswith(f"command: {mpirun} --allow-run-as-root"), command

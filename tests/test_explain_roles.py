@@ -26,6 +26,7 @@ from matrix.image.declared import image_facts
 from matrix.jobs import explain as ex
 from matrix.jobs import roles, writers
 from matrix.jobs.spec import JobSpec
+from matrix.jobs.writer import Prepared
 from tests.helpers import project_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,8 +51,20 @@ sys.exit(main.main(sys.argv[3:]))
 # (stack, instance type): a CPU stack, a GPU stack over EFA (the seed job's p4d), a Gaudi stack
 JOBS = [("cpu-tcp", "c5n.18xlarge"), ("cuda11.7-efa", "p4d.24xlarge"),
         ("synapseai1.6-efa", "dl1.24xlarge")]
+
+
+def prepared(scheduler: str, itype: str, nodes: int, launcher: str | None) -> Prepared:
+    """The writer's reading of its task's options for ``--scheduler scheduler`` (its Kubeflow
+    kind), as invoke hands them over: the launcher, options and attempts its task writes."""
+    writer = writers.for_scheduler(scheduler)
+    typed = dict(writer.implied(scheduler), nodes=str(nodes), instance_type=itype)
+    if launcher is not None:
+        typed["launcher"] = launcher
+    return writer.prepare(writer.task_options().parse(typed))
+
+
 # every scheduler explain writes a job for, with the launcher its writer writes by default
-SCHEDULED = {scheduler: writer.explained(scheduler, None, None).launcher
+SCHEDULED = {scheduler: prepared(scheduler, "c5n.18xlarge", 2, None).launcher
              for writer in writers.all_writers() for scheduler in writer.schedulers}
 
 
@@ -60,9 +73,10 @@ def written_roles(scheduler: str, stack: str, itype: str, nodes: int,
     """What the user's writer writes for the job (the writer its task calls), read back role by
     role."""
     writer = writers.for_scheduler(scheduler)
-    variant = writer.explained(scheduler, launcher, None)
-    job = JobSpec.of(MATRIX.stack(stack), itype, nodes, IMAGE, variant.launcher, COMMAND)
-    return writer.roles(writer.render(job, variant.options))
+    given = prepared(scheduler, itype, nodes, launcher)
+    job = JobSpec.of(MATRIX.stack(stack), itype, nodes, IMAGE, given.launcher, COMMAND,
+                     attempts=given.attempts, elastic=given.elastic)
+    return writer.roles(writer.render(job, given.options))
 
 
 def own_dry_run(stack: str, role: roles.Role, tmp: Path) -> tuple[int, str]:

@@ -283,8 +283,8 @@ def test_dl1_says_it_left_karpenters_table_where_users_pick_it():
     """Issue 32: Karpenter's reference lists dl1.24xlarge up to v1.13 and not in v1.14. The row
     says so in its source and its notice; `invoke stacks` (text and --json) shows the notice
     under the stack that lists dl1, and every artefact written for dl1 carries it."""
-    from matrix.cli.deploy import notices_for
     from matrix.jobs import spec
+    from matrix.jobs.request import notices_for
     from tests.test_cli import invoke
 
     row = get_instance_type("dl1.24xlarge")
@@ -325,8 +325,8 @@ def test_p3_says_it_left_karpenters_table_where_users_pick_it():
     """Issue 44: Karpenter's reference lists p3.16xlarge up to v1.12 and not from v1.13.0 on,
     one release before dl1.24xlarge left it; cuda10.1-tcp targets it. Its row carries a notice
     like dl1's, which `invoke stacks` shows under the stacks that list it and a job carries."""
-    from matrix.cli.deploy import notices_for
     from matrix.jobs import spec
+    from matrix.jobs.request import notices_for
     from tests.test_cli import invoke
 
     row = get_instance_type("p3.16xlarge")

@@ -59,10 +59,10 @@ def run_explain(args: list[str]):
     values = dict(zip(options[::2], options[1::2]))
     assert set(values) <= {"--stack", "--instance-type", "--nodes", "--launcher", "--scheduler",
                            "--rdzv"}, values
-    scheduler = values.get("--scheduler", "batch")
+    # no --launcher: the writer's default, as invoke explain takes it
     return explain(MATRIX, values["--stack"], values["--instance-type"], int(values["--nodes"]),
-                   values.get("--launcher", "mpirun" if scheduler == "batch" else None), command,
-                   scheduler=scheduler, rdzv=values.get("--rdzv")).plan
+                   values.get("--launcher"), command,
+                   scheduler=values.get("--scheduler", "batch"), rdzv=values.get("--rdzv")).plan
 
 
 def check(plan, assertion: str) -> None:

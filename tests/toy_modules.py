@@ -9,6 +9,7 @@ PRECEDENCE = 55
 SUBMITTED = True
 SOURCE = "tests/test_extension.py"
 SIGNALS = ("TOY_RANK", "TOY_SIZE", "TOY_MAIN")
+NODE_PREFIXES = ()  # per-process variable prefixes (base.ADAPTER_CONTRACT)
 
 
 def detect(env):

@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from entrypoint import launchers
-from matrix.cli import deploy as cli
+from matrix.cli.jobtasks import refuse_stops
 from matrix.errors import UserError
 from matrix.jobs import contract, roles, spec, writers
-from matrix.jobs.spec import JobSpec
-from matrix.jobs.writer import Variant, Writer
+from matrix.jobs.request import JobRequest
+from matrix.jobs.writer import Prepared, Variant, Writer
 from tests.helpers import project_matrix
 from tests.toy_modules import TOY_SCHEDULER
 
@@ -53,16 +53,19 @@ COMMANDS = {"program": PROGRAM, "launcher command": ["mpirun", *PROGRAM]}
 def generate(writer: Writer, variant: Variant, stack: str, itype: str,
              command: list[str]) -> object:
     """What the writer's task writes, through the checks it makes before writing (its own
-    options, the pair, the plan's problems under the variant's scheduler, the job spec's).
+    options, the pair, the plan of each role of the artefact, the job spec's).
     UserError: refused."""
     entry = MATRIX.stack(stack)
     writer.check(variant.launcher, NODES, command, variant.options)
     spec.check_pair(entry, itype, writer.scheduler_name)
-    cli._refuse_problems(MATRIX, stack, itype, NODES, variant.launcher, command,
-                         variant.scheduler)
-    job = JobSpec.of(entry, itype, NODES, IMAGE, variant.launcher, command,
-                     elastic=(1, NODES) if variant.elastic else None)
-    return writer.render(job, variant.options)
+    # the scheduler explain names the job by (a Kubeflow kind, else the writer's one)
+    scheduler = (variant.scheduler if variant.scheduler in writer.schedulers
+                 else writer.schedulers[0])
+    job = JobRequest(writer, scheduler, MATRIX, entry, itype, NODES, tuple(command),
+                     Prepared(variant.launcher, variant.options, spec.DEFAULT_ATTEMPTS,
+                              (1, NODES) if variant.elastic else None))
+    refuse_stops(job)  # the task's refusal of a plan that stops a role at start
+    return job.render(IMAGE)
 
 
 def artefact_failures(artefact: object) -> list[str]:
@@ -169,21 +172,27 @@ from typing import Any
 
 from entrypoint.launchers import NAMES
 from matrix.jobs.roles import Devices, Role
+from matrix.jobs.runopts import RunOpts
 from matrix.jobs.spec import JobSpec
-from matrix.jobs.writer import Variant, Writer
+from matrix.jobs.writer import Prepared, Variant, Writer
 
 
 class ToyWriter(Writer):
     task = "toyjob"
+    summary = "Toy scheduler's job file"
+    file_name = "toy.json"
     scheduler_name = "the toy scheduler"
     schedulers = ("toy",)
     what = "the job file's command"
 
+    def run_options(self) -> RunOpts:
+        return RunOpts()  # the job's options alone
+
+    def prepare(self, values: dict[str, Any]) -> Prepared:
+        return Prepared(values["launcher"], None, values["attempts"])
+
     def variants(self) -> tuple[Variant, ...]:
         return tuple(Variant(name, name, None, "toy") for name in NAMES)
-
-    def explained(self, scheduler: str, launcher: str | None, rdzv: str | None) -> Variant:
-        return Variant("toy", launcher or "mpirun", None, "toy")
 
     def check(self, launcher: str, nodes: int, command: Any, options: Any) -> None:
         """Nothing of its own."""
@@ -254,8 +263,8 @@ def test_every_notice_reaches_each_artefact_and_batch_tags_hold_only_tag_charact
     tag keeps to the characters AWS tags allow."""
     import re
 
-    from matrix.cli.deploy import notices_for
     from matrix.jobs import spec
+    from matrix.jobs.request import notices_for
     from matrix.model.drivers import driver_floor
 
     matrix = MATRIX

@@ -359,8 +359,8 @@ def test_jobdef_register_without_aws_configuration_is_one_line(tmp_path, extra, 
     (["--stack", "cpu-mpi", "--launcher", "torchrun", "--instance-type", "c5n.18xlarge"],
      "torchrun needs PyTorch"),
     (["--stack", "cpu-tcp", "--instance-type", "p4d.24xlarge"],
-     "stack cpu-tcp cannot run on p4d.24xlarge: instance p4d.24xlarge (gpus 8) needs cuda, it is "
-     "missing [rule gpu-instance-needs-cuda-stack]"),
+     "stack cpu-tcp cannot run on p4d.24xlarge under AWS Batch: instance p4d.24xlarge (gpus 8) "
+     "needs cuda, it is missing [rule gpu-instance-needs-cuda-stack]"),
     (["--stack", "cpu-mpi", "--instance-type", "dl1.24xlarge"],
      "instance dl1.24xlarge (hpus 8) needs synapseai, it is missing"),
 ])

@@ -215,7 +215,8 @@ def test_k8s_writes_a_valid_manifest_with_the_command_word_for_word(tmp_path, ki
      "--elastic 1:20000: need 1 <= MIN <= MAX <= 10000 (the entrypoint's node limit)"),
     (["--kind", "pytorchjob", "--pvc", "FSx_PVC:/fsx"], "is not a Kubernetes claim name"),
     (["--kind", "pytorchjob", "--pvc", "fsx-pvc"], "--pvc 'fsx-pvc': expected CLAIM:PATH"),
-    (["--kind", "mpijob", "--mount", "/fsx:/root/.ssh"], "under /root/.ssh"),
+    (["--kind", "mpijob", "--mount", "/fsx:/root/.ssh"],
+     "--mount '/fsx:/root/.ssh': /root/.ssh is a folder the MPI operator fills"),
     (["--kind", "mpijob", "--mount", "fsx:/fsx"], "HOST_PATH 'fsx' must be an absolute path"),
     (["--kind", "mpijob", "--mount", "/a:/x", "--pvc", "c:/x"], "/x is already mounted by"),
 ])

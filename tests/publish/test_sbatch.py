@@ -294,8 +294,8 @@ def test_sbatch_attempts_option(tmp_path):
 
 
 @pytest.mark.parametrize(("args", "code", "words"), [
-    (["--attempts", "0"], 2, "--attempts 0: must be at least 1"),
-    (["--attempts", "11"], 2, "--attempts 11: at most 10"),
+    (["--attempts", "0"], 2, "--attempts 0: expected a whole number from 1 to 10"),
+    (["--attempts", "11"], 2, "--attempts 11: expected a whole number from 1 to 10"),
     (["--mount", "/fsx"], 2, "--mount '/fsx': expected HOST_PATH:CONTAINER_PATH[:ro]"),
     (["--mount", "/fsx,x:/fsx"], 2, "may not hold ',', ':'"),
     (["--launcher", "srun"], 2, "--launcher 'srun': no launcher of that name"),
@@ -307,7 +307,7 @@ def test_sbatch_attempts_option(tmp_path):
     # a plan the entrypoint would refuse under Slurm writes no script: deepspeed on a stack
     # without DeepSpeed
     (["--stack", "cpu-mpi", "--launcher", "deepspeed"], 1,
-     "under slurm: node 0 task 0: deepspeed not found"),
+     "under Slurm: node 0 task 0: deepspeed not found"),
 ])
 def test_sbatch_mistakes_are_one_line(tmp_path, args, code, words):
     target = tmp_path / "job.sbatch"
