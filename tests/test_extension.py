@@ -12,28 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.toy_modules import TOY_SCHEDULER
+from tests.toy_modules import TOY_SCHEDULER, TOY_UNIT
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp-stacks@sha256:" + "a" * 64
 
-TOY_UNIT = '''"""A toy launcher: one program, SSH to the other nodes."""
-from .base import Launch, Unit
-
-
-class Toy(Unit):
-    name = "toy"
-    needs_ssh = True
-    source = "tests/test_extension.py"
-    programs = ("toyrun",)
-    binary = "toyrun"
-
-    def launch(self, request):
-        return Launch(["toyrun", "-np", str(request.np)] + request.command)
-
-
-UNIT = Toy()
-'''
 
 
 

@@ -1,5 +1,6 @@
-"""Toy extension modules the extension tests drop into a copy of the entrypoint package: a
-scheduler adapter (tests/entrypoint/test_ep_extension.py, tests/test_extension.py)."""
+"""Toy extension modules the extension tests drop into a copy of the project: a scheduler
+adapter (tests/entrypoint/test_ep_extension.py, tests/test_extension.py) and a launcher unit
+(tests/test_extension.py, tests/publish/test_contract.py), one module each."""
 
 TOY_SCHEDULER = '''"""A toy scheduler: TOY_RANK, TOY_SIZE and the main node at TOY_MAIN."""
 from .base import STARTED, NodeTable, get, integer
@@ -29,4 +30,22 @@ def table(env):
 
 def example(num_nodes, node_rank=0):
     return {"TOY_RANK": str(node_rank), "TOY_SIZE": str(num_nodes), "TOY_MAIN": "10.0.0.1"}
+'''
+
+TOY_UNIT = '''"""A toy launcher: one program, SSH to the other nodes."""
+from .base import Launch, Unit
+
+
+class Toy(Unit):
+    name = "toy"
+    needs_ssh = True
+    source = "tests/toy_modules.py"
+    programs = ("toyrun",)
+    binary = "toyrun"
+
+    def launch(self, request):
+        return Launch(["toyrun", "-np", str(request.np)] + request.command)
+
+
+UNIT = Toy()
 '''

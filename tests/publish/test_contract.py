@@ -24,10 +24,11 @@ from entrypoint import launchers
 from matrix.cli.jobtasks import refuse_stops
 from matrix.errors import UserError
 from matrix.jobs import contract, roles, spec, writers
+from matrix.jobs.explain import IMAGE_URI
 from matrix.jobs.request import JobRequest
 from matrix.jobs.writer import Prepared, Variant, Writer
 from tests.helpers import project_matrix
-from tests.toy_modules import TOY_SCHEDULER
+from tests.toy_modules import TOY_SCHEDULER, TOY_UNIT
 
 ROOT = Path(__file__).resolve().parents[2]
 MATRIX = project_matrix()
@@ -241,7 +242,25 @@ def test_a_fourth_writer_is_one_module_that_explain_and_the_contract_take_up(tmp
             (tmp_path / name).write_bytes((ROOT / name).read_bytes())
     (tmp_path / "entrypoint/schedulers/toy.py").write_text(TOY_SCHEDULER, encoding="utf-8")
     (tmp_path / "matrix/jobs/toyjob.py").write_text(TOY_WRITER, encoding="utf-8")
+    (tmp_path / "entrypoint/launchers/toy.py").write_text(TOY_UNIT, encoding="utf-8")
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
+
+    def invoke_in_copy(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300, check=False)
+
+    # the writer's task, its --help and its options appear from its declarations
+    listed = invoke_in_copy("--list")
+    assert "toyjob" in listed.stdout and "Toy scheduler's job file" in listed.stdout, listed
+    helped = invoke_in_copy("--help", "toyjob")
+    assert "--instance-type" in helped.stdout and "(required)" in helped.stdout, helped
+    values = invoke_in_copy("stacks", "--values", "launcher")
+    assert "toy" in values.stdout.split(), values
+    wrote = invoke_in_copy("toyjob", "--nodes", "2", "--instance-type", "c5n.18xlarge",
+                           "--launcher", "toy", "--image-uri", IMAGE_URI, "--", "python3",
+                           "train.py")
+    assert wrote.returncode == 0, wrote.stderr[-2000:]
+    assert json.loads(wrote.stdout)["env"]["MNP_LAUNCHER"] == "toy"
     explained = subprocess.run(
         [sys.executable, "-m", "invoke", "explain", "--scheduler", "toy", "--stack", "cpu-tcp",
          "--instance-type", "c5n.18xlarge", "--nodes", "2", "--", "python3", "train.py"],
