@@ -82,8 +82,6 @@ class Failure(object):
     wall-clock time it was first seen, to order failures across nodes) and ``how`` (what said
     so, for the log)."""
 
-    WIRE = ("rank", "local_rank", "error", "at")
-
     def __init__(self, code, rank=None, local_rank=None, node=None, host=None, error=None,
                  at=None, how="", address=None):
         self.code = code
@@ -95,11 +93,6 @@ class Failure(object):
         self.error = error
         self.at = at
         self.how = how
-
-    def to_wire(self):
-        """What a child sends the main node with its status (``rendezvous``: ``failure``)."""
-        return dict((name, getattr(self, name)) for name in self.WIRE
-                    if getattr(self, name) is not None)
 
     @classmethod
     def from_wire(cls, code, data):

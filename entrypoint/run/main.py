@@ -17,8 +17,12 @@ Batch main node (``batchnodes``):
 2. start the rendezvous server and wait for every child, at most ``MNP_WAIT_TIMEOUT`` seconds;
    on timeout, name the missing indices, tell the registered children to stop, exit 1;
 3. write the hostfiles and ``known_hosts``, send ``go`` to every child, start the launcher;
-4. supervise: a lost child, or a child that reports failure, stops the launcher and fails the job
-   (exit 1); SIGTERM/SIGINT are forwarded; the exit code is the launcher's (128+N for a signal);
+4. supervise: a lost child (infrastructure, 200), or a child that reports its ranks failed, stops
+   the launcher and fails the job; SIGTERM/SIGINT are forwarded (the final line names the
+   signal, 128+N); otherwise the exit status is the failed rank's own, read with its rank, node
+   and exception from the launcher's output (``LauncherOutput``, ``attribution``; docs/
+   entrypoint.md "The final line"); where a child's ranks and this node's both failed, the job's
+   failure is the one seen first;
 5. send ``done`` to every child and exit.
 
 Batch child node:
@@ -30,7 +34,8 @@ Batch child node:
    nothing more;
 4. exit when the main node says ``done`` (promptly), when the main node vanishes (no message for
    ``MNP_HEARTBEAT_TIMEOUT`` seconds, 15 by default, so well within Batch's 30 s), or on SIGTERM.
-   If sshd or the local launcher dies, the child tells the main node, which fails the job.
+   If sshd or the local launcher dies, the child tells the main node, which fails the job: a
+   failed launcher's report carries its ranks' first failure (rank, exception, when).
 """
 
 import contextlib

@@ -129,8 +129,8 @@ def _table():
                 "extra arguments for the launcher, shell-quoted", shown="empty"),
         Setting("MNP_TAG_OUTPUT", "tag_output", False, _flag,
                 "1: mpirun --tag-output, every line of a rank prefixed [job,rank]<stream>:; Open "
-                "MPI tags each chunk it forwards, so a line longer than about 1 KiB arrives cut "
-                "into several tagged lines (docs/entrypoint.md \"The final line\")", shown="0"),
+                "MPI tags each chunk it forwards, so a line longer than about 2 KiB arrives with "
+                "the tag repeated inside it (docs/entrypoint.md \"The final line\")", shown="0"),
         Setting("MNP_DEEPSPEED_LAUNCHER", "deepspeed_launcher", None,
                 _choice_of(("pdsh", "openmpi")), "deepspeed --launcher value",
                 shown="pdsh if installed, else openmpi"),

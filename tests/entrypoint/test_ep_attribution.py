@@ -8,9 +8,15 @@ chained exception, a traceback printed and handled long before, an overlong line
 
 import json
 import re
+from types import SimpleNamespace
+
+import pytest
 
 from entrypoint.core import errors
 from entrypoint.core.nodes import NodeInfo
+from entrypoint.rendezvous import protocol
+from entrypoint.rendezvous.registry import Registry
+from entrypoint.rendezvous.states import NodeState
 from entrypoint.run import attribution, outcome
 from entrypoint.run.attribution import Failure, JobShape, Scan, conclude
 
@@ -224,3 +230,17 @@ def test_the_first_failure_of_two_nodes_is_the_one_seen_first():
     own = outcome.of_failure(Failure(1, rank=0, error="RuntimeError: peer closed", at=10.4), 0)
     assert outcome.earliest([own, child]) is child
     assert outcome.earliest([outcome.of_failure(Failure(1), 0), own]) is own
+
+
+def test_the_main_node_keeps_a_childs_failure_record_and_refuses_a_malformed_one():
+    """The rendezvous carries a child's report with its status (``exit`` with ``failure``)."""
+    registry = Registry(3, 0)
+    conn = SimpleNamespace(index=2, state=NodeState.READY)
+    report = {"rank": 5, "local_rank": 1, "error": "ValueError: boom", "at": 12.5}
+    assert registry.mark_exited(conn, {"t": "exit", "status": 7, "failure": report}) == 7
+    assert registry.failures[2] == report
+    for bad in ({"rank": 5, "password": "x"}, ["rank", 5], {"error": "y" * 5000}):
+        conn = SimpleNamespace(index=1, state=NodeState.READY)
+        with pytest.raises(protocol.ProtocolError):
+            registry.mark_exited(conn, {"t": "exit", "status": 1, "failure": bad})
+    assert 1 not in registry.failures

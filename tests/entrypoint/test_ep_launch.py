@@ -39,8 +39,11 @@ def test_mpirun_as_root():
     assert argv[argv.index("-np") + 1] == "16"
     assert argv[argv.index("--hostfile") + 1] == "/run/mnp/hostfile"
     joined = " ".join(argv)
-    assert "--tag-output" in argv
+    assert "--tag-output" not in argv  # issue 43: it cuts long lines; only with MNP_TAG_OUTPUT=1
     assert "-x NCCL_DEBUG -x PATH" in joined
+    tagged = launch.mpirun.command_line("/usr/bin/mpirun", ["python3", "train.py"], 16, "/h",
+                                        [], is_root=True, tag_output=True)
+    assert tagged.count("--tag-output") == 1
     assert argv[-4:] == ["python3", "train.py", "--lr", "1"]
 
 

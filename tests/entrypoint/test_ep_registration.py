@@ -68,6 +68,9 @@ class RecordingHost(host_interface.NodeHost):
     def start_launcher(self, plan):
         self.started.append(("launcher", plan))
 
+    def own_outcome(self, code):
+        return outcome.of_command(code, self.node)
+
     def run_launcher(self, plan, watch=None):
         self.started.append(("launcher", plan))
         return outcome.success(self.node)

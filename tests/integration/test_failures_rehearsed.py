@@ -160,7 +160,7 @@ def test_invoke_run_passes_node_output_through_a_pipe_unchanged(cpu_tcp_image):
     assert proc.returncode == 3, (proc.stdout[-2000:], proc.stderr[-2000:])
     assert PAYLOAD + b"health=off\n" in proc.stdout, proc.stdout[-3000:]
     (attempt,) = [line for line in proc.stdout.splitlines() if line.startswith(b"attempt ")]
-    assert attempt.startswith(b"attempt 1/1: exit 3 (user on node 0)"), attempt
+    assert attempt.startswith(b"attempt 1/1: exit 3 (user on node 0 "), attempt  # and its address
     # the rehearsal's own longest line, whole (Rich folded lines at 100 columns in a pipe)
     (first,) = [line for line in proc.stdout.splitlines() if line.startswith(b"rehearsal ")]
     assert len(first) > 100 and re.fullmatch(rb"rehearsal \w+: 2 node\(s\) of \S+ on network "
@@ -217,7 +217,7 @@ def test_invoke_run_passes_node_output_to_a_terminal_unchanged(cpu_tcp_image):
     assert PAYLOAD in received, received[-3000:]
     lines = received.split(b"\n")
     (attempt,) = [line for line in lines if line.startswith(b"attempt ")]
-    assert attempt.startswith(b"attempt 1/1: exit 3 (user on node 0)"), attempt
+    assert attempt.startswith(b"attempt 1/1: exit 3 (user on node 0 "), attempt  # and its address
     # the rehearsal's own lines whole, wider than the terminal, with no style added
     (first,) = [line for line in lines if line.startswith(b"rehearsal ")]
     assert re.fullmatch(rb"rehearsal \w+: 2 node\(s\) of \S+ on network "

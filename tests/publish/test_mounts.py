@@ -185,7 +185,7 @@ def test_invoke_run_binds_the_mount_on_every_node(cpu_tcp_image, tmp_path):
     proc = run_cli("--stack", "cpu-tcp", "--nodes", "2", "--mount", f"{data}:/data:ro", "--",
                    *command)
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-2000:])
-    # mpirun tags each rank's lines ([1,0]<stdout>:read ...)
+    # each rank's line as it printed it (with MNP_TAG_OUTPUT=1 mpirun would prefix [1,0]<stdout>:)
     reads = set(re.findall(rf"read {token} on (node\d+) ro$", proc.stdout, re.MULTILINE))
     assert reads == {"node0", "node1"}, proc.stdout[-3000:]
     assert not (data / "written").exists()
