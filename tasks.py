@@ -108,8 +108,9 @@ def build(c, stack=None, all=False, stacks=STACKS, registry=None, ca_bundle=None
       iterable=["stack"])
 @options.user_errors
 def sbom(c, stack=None, output=None, stacks=STACKS):
-    """CycloneDX 1.6 JSON of a built stack's image: Debian packages, Python distributions,
-    components built from source (URL, sha256); validated against the schema."""
+    """CycloneDX 1.6 JSON of a built stack's image: Debian packages (with the Python
+    distributions they own), other Python distributions, the entrypoint and components built
+    from source (URL, sha256); validated against the schema."""
     images.sbom(stacks, stack, output)
 
 
