@@ -1,0 +1,87 @@
+"""The arm64 CPU stack built from nothing here under emulation (issue 45): its base bootstrapped
+for arm64 with mmdebstrap under qemu-user-static and loaded with a config that says arm64, the
+stack built and its layer tests run through `invoke build --test` (the user's path), the image's
+config saying arm64, its binaries running as aarch64, and the entrypoint's dry run planning a
+Batch main node on a Graviton EFA type.
+
+The build runs every RUN step under qemu, so it is long: the test runs where
+``MNP_EMULATED_BUILD=1`` asks for it (the scheduled CI lane, .github/workflows/emulated.yml)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from matrix.image import bootstrap
+from matrix.image.plan import plan
+from matrix.model.loader import load_matrix
+from tests.conftest import held
+
+ROOT = Path(__file__).resolve().parent.parent
+STACK = "cpu-tcp-arm64"
+INSTANCE = "c7gn.16xlarge"
+pytestmark = [
+    pytest.mark.docker, pytest.mark.slow,
+    pytest.mark.skipif(os.environ.get("MNP_EMULATED_BUILD") != "1",
+                       reason="emulated arm64 build: set MNP_EMULATED_BUILD=1 (scheduled CI lane)"),
+]
+# A Batch main node of three (the variables AWS Batch sets on every node of a multi-node job).
+BATCH_MAIN = {"AWS_BATCH_JOB_ID": "a1b2c3#0", "AWS_BATCH_JOB_NODE_INDEX": "0",
+              "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0", "AWS_BATCH_JOB_NUM_NODES": "3"}
+
+
+@pytest.fixture(scope="module")
+def arm64_build(docker_client) -> str:
+    """`invoke build --stack cpu-tcp-arm64 --test` from the project root: bootstraps the arm64
+    base when it is missing, builds, runs every layer's tests; the final image's reference."""
+    with held(f"build-{STACK}"):
+        proc = subprocess.run([sys.executable, "-m", "invoke", "build", "--stack", STACK,
+                               "--test"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=3600, check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    result = plan(load_matrix(ROOT / "stacks.yaml"), [STACK])
+    return result.chains[STACK][-1]
+
+
+def test_the_base_and_the_image_say_arm64(docker_client, arm64_build):
+    base = load_matrix(ROOT / "stacks.yaml").stack(STACK).base
+    for image in (base.image, arm64_build):
+        attrs = docker_client.images.get(image).attrs
+        assert (attrs["Os"], attrs["Architecture"], attrs.get("Variant")) == \
+            ("linux", "arm64", "v8"), image
+
+
+def test_its_binaries_run_as_aarch64(docker_client, arm64_build):
+    out = docker_client.containers.run(arm64_build, ["uname", "-m"], remove=True, entrypoint=[])
+    assert out.decode().strip() == "aarch64"
+
+
+def test_the_entrypoint_plans_a_batch_main_node_on_a_graviton_type(docker_client, arm64_build):
+    argv = ["/usr/bin/docker", "run", "--rm", "--label", "mnp-test=1", "-e", "MNP_DRY_RUN=1",
+            "-e", f"MNP_INSTANCE_TYPE={INSTANCE}"]
+    for key, value in BATCH_MAIN.items():
+        argv += ["-e", f"{key}={value}"]
+    proc = subprocess.run([*argv, arm64_build, "python3", "-c", "print(1)"],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PROBLEM" not in proc.stdout, proc.stdout
+    assert "main" in proc.stdout and INSTANCE in proc.stdout, proc.stdout
+
+
+def test_a_base_of_another_architecture_is_refused_in_one_line(docker_client, arm64_build):
+    """The engine builds an arm64 stack on an amd64 base without a word: the check does not."""
+    from matrix.errors import UserError
+
+    amd64_base = load_matrix(ROOT / "stacks.yaml").stack("cpu-tcp").base.image
+    if not bootstrap._local(docker_client, amd64_base):
+        pytest.skip(f"needs the amd64 base {amd64_base} (the cpu-tcp build makes it)")
+    with pytest.raises(UserError) as caught:
+        bootstrap.check_architecture(docker_client, amd64_base, "linux/arm64", "base x:")
+    assert str(caught.value) == (
+        f"base x: {amd64_base} is linux/amd64 (its image config's Architecture), not "
+        f"linux/arm64 as the stack's platform says; remove it (docker rmi {amd64_base}) so "
+        "that it is pulled or bootstrapped for linux/arm64")
