@@ -2,7 +2,13 @@
 
 Debian-family bases that declare ``bootstrap`` in stacks.yaml are built with ``mmdebstrap``
 (minbase variant plus ca-certificates) and imported under the base's name, so the default stack
-builds with no registry at all. The bootstrapped root gets the apt and dpkg settings the official
+builds with no registry at all. A foreign ``architecture`` (arm64 on an amd64 host) is
+bootstrapped under qemu-user-static (binfmt_misc) and loaded with an image config that records
+it: ``docker import`` on engine 20.10 records the host's architecture whatever ``--platform``
+says (moby/moby#42813; fixed only with API v1.42, Docker 23.0). Builds on this engine do not
+enforce a platform either, so :func:`check_architecture` compares every base with its stack.
+
+The bootstrapped root gets the apt and dpkg settings the official
 Debian image carries (:data:`DOCKER_CONFIG`), so no layer keeps apt's caches; a local
 bootstrapped base made before it had them is made again. Other bases (nvidia/cuda, Habana) fail
 with a line saying what failed and how to provide the image.
@@ -12,11 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
+import platform as host
 import shutil
 import signal
 import subprocess
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -56,17 +65,35 @@ _MARKER = "/etc/apt/apt.conf.d/docker-clean"
 _CHECK = f"test -f {_MARKER} && test -z \"$(find /var/cache/apt -type f ! -name lock)\""
 
 
-def ensure_base(client: docker.DockerClient, base: Base, log=print, pull: bool = False) -> str:
+# A Debian architecture as the OCI image config names it: (architecture as GOARCH, variant).
+# Variants from the OCI image index's platform table ("ARM 64-bit, v8 | arm64 | v8",
+# https://github.com/opencontainers/image-spec/blob/main/image-index.md#platform-variants).
+OCI_PLATFORM: dict[str, tuple[str, str | None]] = {"amd64": ("amd64", None),
+                                                   "arm64": ("arm64", "v8")}
+# The qemu-user-static binfmt_misc entry that runs a foreign Debian architecture's binaries.
+QEMU_BINFMT: dict[str, str] = {"arm64": "qemu-aarch64"}
+# What mmdebstrap needs to bootstrap a foreign architecture: the emulator registered with
+# binfmt_misc and arch-test, which mmdebstrap's "check" step runs (mmdebstrap(1), OPERATION;
+# its README.Debian recommends arch-test and suggests binfmt-support and qemu-user-static
+# "For cross platform builds such as building arm64 on amd64").
+FOREIGN_PACKAGES = ("qemu-user-static", "binfmt-support", "arch-test")
+BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
+
+
+def ensure_base(client: docker.DockerClient, base: Base, log=print, pull: bool = False,
+                platform: str | None = None) -> str:
     """Return how the base was found: 'local', 'pulled' or 'bootstrapped'.
 
     ``pull`` asks the registry again for a base that is local already (a bootstrapped one too:
     where the registry serves it, its image replaces the local one), so the image under the name
     is the registry's current one; the plan then hashes its new digest into the tags.
+    ``platform`` (``linux/arm64``) is the one pulls ask for: a single-architecture repository
+    such as arm64v8/debian has no image for the host's.
     """
     if pull and not reference.parse(base.image).digest:
         repository, tag = _split(base.image)
         try:
-            client.images.pull(repository, tag=tag)
+            client.images.pull(repository, tag=tag, platform=platform)
             return "pulled"
         except APIError as exc:
             if not _local(client, base.image):
@@ -84,7 +111,7 @@ def ensure_base(client: docker.DockerClient, base: Base, log=print, pull: bool =
         return "bootstrapped"
     try:
         repository, tag = _split(base.image)
-        client.images.pull(repository, tag=tag)
+        client.images.pull(repository, tag=tag, platform=platform)
         return "pulled"
     except APIError as exc:
         pull_error = str(exc.explanation or exc).splitlines()[0][:200]
@@ -103,17 +130,72 @@ def _not_pullable(client: docker.DockerClient, base: Base, pull_error: str, log)
                     f"pulled ({pull_error}); {hint}")
 
 
+def architecture(base: Base) -> str:
+    """The Debian architecture a bootstrapped base is made for (amd64 unless it says)."""
+    return (base.bootstrap or {}).get("architecture", "amd64")
+
+
+def check_architecture(client: docker.DockerClient, image: str, platform: str,
+                       what: str) -> None:
+    """Refuse an image whose config records another platform than ``platform``: the engine
+    builds a linux/arm64 stack on a linux/amd64 base without a word (its build API's platform
+    is no guard on 20.10), and the image would fail on every instance of the stack."""
+    attrs = client.images.get(image).attrs
+    arch = attrs.get("Architecture") or "?"
+    found = "/".join(filter(None, (attrs.get("Os") or "linux", arch, attrs.get("Variant"))))
+    if arch != platform.split("/")[1]:
+        raise UserError(f"{what} {image} is {found} (its image config's Architecture), not "
+                        f"{platform} as the stack's platform says; remove it (docker rmi "
+                        f"{image}) so that it is pulled or bootstrapped for {platform}")
+
+
+def _native_architecture() -> str:
+    """The host's Debian architecture (dpkg's name; x86_64 and aarch64 as uname says)."""
+    return {"x86_64": "amd64", "aarch64": "arm64"}.get(host.machine(), host.machine())
+
+
+def ensure_emulation(arch: str) -> None:
+    """Make ``arch``'s binaries runnable here: Debian's qemu-user-static registers its
+    interpreter with binfmt_misc (with the F flag, so containers use it too) and arch-test,
+    which mmdebstrap runs to check it, confirms it. Installed with apt when missing."""
+    if arch == _native_architecture():
+        return
+    if arch not in QEMU_BINFMT:
+        raise UserError(f"cannot bootstrap a base for architecture {arch!r} here: "
+                        f"known foreign architectures are {', '.join(sorted(QEMU_BINFMT))}")
+    entry = BINFMT_DIR / QEMU_BINFMT[arch]
+    if not shutil.which("arch-test") or not entry.exists():
+        apt_install(*FOREIGN_PACKAGES)
+    if not entry.exists():
+        # binfmt-support's service mounts binfmt_misc and imports qemu's formats; where no
+        # init runs it (a container), do what it does.
+        if not (BINFMT_DIR / "register").exists():
+            subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT_DIR)],
+                           capture_output=True, check=False)
+        subprocess.run(["update-binfmts", "--enable", QEMU_BINFMT[arch]], capture_output=True,
+                       check=False)
+    proc = subprocess.run(["arch-test", arch], capture_output=True, text=True, check=False)
+    if proc.returncode or not entry.exists():
+        said = " ".join((proc.stdout + proc.stderr).split())[:200]
+        raise UserError(f"cannot run {arch} binaries here ({BINFMT_DIR / QEMU_BINFMT[arch]} "
+                        f"missing or arch-test failed: {said}); {' '.join(FOREIGN_PACKAGES)} "
+                        "must be installed and binfmt_misc writable (a privileged container)")
+
+
 def bootstrap(client: docker.DockerClient, base: Base) -> None:
     """Build the base root filesystem with mmdebstrap and import it as ``base.image``."""
     spec = base.bootstrap or {}
+    arch = architecture(base)
     if not shutil.which("mmdebstrap"):
         apt_install("mmdebstrap")
+    ensure_emulation(arch)
     components = ",".join(spec.get("components", ["main"]))
     with tempfile.TemporaryDirectory(prefix="mnp-base-") as tmp:
         tarball = Path(tmp) / "rootfs.tar"
         config = Path(tmp) / "config"
         _write_docker_config(config)
-        command = ["mmdebstrap", "--variant=minbase", "--include=ca-certificates",
+        command = ["mmdebstrap", f"--architectures={arch}", "--variant=minbase",
+                   "--include=ca-certificates",
                    f"--components={components}", "--quiet",
                    f"--customize-hook=sync-in {config} /",
                    f"--customize-hook={_CLEAN_HOOK}",
@@ -123,15 +205,58 @@ def bootstrap(client: docker.DockerClient, base: Base) -> None:
             tail = " ".join(output.strip().splitlines()[-2:])
             raise UserError(f"bootstrapping base {base.name} with mmdebstrap failed: {tail}")
         repository, tag = _split(base.image)
-        # A file path makes docker-py send the tar with a Content-Length; its stream variant
-        # declares chunked encoding without chunking, which the engine rejects.
         # The recipe's hash as a label: `invoke plan` says a base was bootstrapped, by which
         # recipe; its image ID (this import's result) is what the layer tags hash.
-        client.api.import_image(src=str(tarball), repository=repository, tag=tag,
-                                changes=['CMD ["bash"]',
-                                         f"LABEL {RECIPE_LABEL}={recipe_digest(base)}"])
+        labels = {RECIPE_LABEL: recipe_digest(base)}
+        if arch == "amd64":
+            # A file path makes docker-py send the tar with a Content-Length; its stream
+            # variant declares chunked encoding without chunking, which the engine rejects.
+            client.api.import_image(src=str(tarball), repository=repository, tag=tag,
+                                    changes=['CMD ["bash"]',
+                                             f"LABEL {RECIPE_LABEL}={labels[RECIPE_LABEL]}"])
+        else:
+            load_rootfs(client, tarball, f"{repository}:{tag}", arch, labels)
     if not _local(client, base.image):
         raise UserError(f"importing the bootstrapped base as {base.image} failed")
+    check_architecture(client, base.image, f"linux/{OCI_PLATFORM[arch][0]}",
+                       f"bootstrapped base {base.name!r}")
+
+
+# The config's dates: fixed, so the same root filesystem loads as the same image ID.
+_EPOCH = "1970-01-01T00:00:00Z"
+
+
+def load_rootfs(client: docker.DockerClient, rootfs: Path, name: str, arch: str,
+                labels: dict[str, str]) -> str:
+    """Load a root-filesystem tar as image ``name`` whose config records ``arch``.
+
+    ``docker load`` keeps a docker-archive's config as written (moby image/tarexport/load.go
+    checks only its OS and the layers' diff_ids); the image ID is the sha256 of those bytes.
+    """
+    digest = hashlib.sha256()
+    with rootfs.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    goarch, variant = OCI_PLATFORM[arch]
+    config = {"architecture": goarch, "os": "linux", "created": _EPOCH,
+              **({"variant": variant} if variant else {}),
+              "config": {"Cmd": ["bash"], "Labels": labels},
+              "rootfs": {"type": "layers", "diff_ids": [f"sha256:{digest.hexdigest()}"]},
+              "history": [{"created": _EPOCH, "created_by": f"mmdebstrap --architectures={arch}"}]}
+    blob = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+    config_name = hashlib.sha256(blob).hexdigest() + ".json"
+    manifest = [{"Config": config_name, "RepoTags": [name], "Layers": ["layer.tar"]}]
+    archive = rootfs.with_name("image.tar")
+    with tarfile.open(archive, "w") as out:
+        for member, data in ((config_name, blob), ("manifest.json", json.dumps(manifest).encode())):
+            info = tarfile.TarInfo(member)
+            info.size = len(data)
+            out.addfile(info, io.BytesIO(data))
+        out.add(rootfs, arcname="layer.tar")
+    with archive.open("rb") as f:  # a real file: docker-py sends it with a Content-Length
+        for _ in client.api.load_image(f):
+            pass
+    return "sha256:" + config_name.removesuffix(".json")
 
 
 # How long mmdebstrap gets to clean up after SIGINT (unmount proc/sys/dev in its chroot, remove

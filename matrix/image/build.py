@@ -84,6 +84,10 @@ def build(client: docker.DockerClient, plan: Plan, stacks: list[str], *,
         final = plan.layers[plan.chains[stack][-1]]
         repository, tag = plan.final_ref(stack).rsplit(":", 1)
         try:
+            # A layer found in the registry by its tag was not built here: its config too
+            # must say the stack's platform before the stack's name points at it.
+            bootstrap.check_architecture(client, final.ref, plan.matrix.stack(stack).platform,
+                                         f"the final image of stack {stack}:")
             client.api.tag(final.ref, repository, tag)
         except engine.ENGINE_FAULTS as exc:
             raise engine.fault(client, exc, f"tagging {plan.final_ref(stack)}") from None
@@ -99,13 +103,24 @@ def ensure_bases(client: docker.DockerClient, matrix: Any, stacks: list[str],
                  console: Console, pull: bool = False) -> None:
     """Make every base the stacks need local (pulled or bootstrapped); ``pull`` pulls those a
     registry serves again, so a base re-pushed under the same tag is seen."""
-    bases = {base.name: base for base in (matrix.stack(s).base for s in stacks)}
-    for base in bases.values():
+    # Per base and platform: the engine does not enforce a build's platform (20.10's classic
+    # builder makes a linux/arm64 child of an amd64 parent without a word), so each base's
+    # image config must say the platform of every stack built on it.
+    needs = {(matrix.stack(s).base.name, matrix.stack(s).platform): matrix.stack(s)
+             for s in stacks}
+    done: set[str] = set()
+    for (name, platform), stack in needs.items():
+        base = stack.base
         try:
-            how = bootstrap.ensure_base(client, base, log=console.print, pull=pull)
+            if name not in done:
+                how = bootstrap.ensure_base(client, base, log=console.print, pull=pull,
+                                            platform=platform)
+                console.print(f"base {base.image}: {how}")
+                done.add(name)
+            bootstrap.check_architecture(client, base.image, platform,
+                                         f"base {name!r} of stack {stack.name}:")
         except engine.ENGINE_FAULTS as exc:
             raise engine.fault(client, exc, f"checking base image {base.image}") from None
-        console.print(f"base {base.image}: {how}")
 
 
 def _check_bases(client: docker.DockerClient, plan: Plan, stacks: list[str]) -> None:

@@ -118,6 +118,18 @@ def test_the_full_fuzz_runs_on_the_schedule_only():
     assert "tests/test_malformed.py" in run.args
 
 
+def test_the_emulated_arm64_build_runs_on_the_schedule_only_with_emulation():
+    ci = load_workflow(WORKFLOWS / "ci.yml")
+    job = ci["jobs"]["emulated-arm64"]
+    assert "emulated-arm64" not in workflow_jobs.pull_request_jobs(ci)["jobs"]
+    assert job["env"]["MNP_EMULATED_BUILD"] == "1"
+    assert "permissions" not in job and ci["permissions"] == {"contents": "read"}
+    for tool in ("qemu-user-static", "binfmt-support", "arch-test", "mmdebstrap"):
+        assert tool in _runs(job), tool
+    (run,) = workflow_jobs.pytest_runs({"jobs": {"e": job}})
+    assert "tests/test_cpu_tcp_arm64.py" in run.args
+
+
 def test_the_slow_groups_run_on_pull_requests_as_root_with_their_tools():
     ci = load_workflow(WORKFLOWS / "ci.yml")
     assert "pull_request" in ci["on"]

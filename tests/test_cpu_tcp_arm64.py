@@ -1,0 +1,109 @@
+"""The arm64 CPU stack built from nothing here under emulation (issue 45): its base bootstrapped
+for arm64 with mmdebstrap under qemu-user-static and loaded with a config that says arm64, the
+stack built and its layer tests run through `invoke build --test` (the user's path), the image's
+config saying arm64, its binaries running as aarch64, and the entrypoint's dry run planning a
+Batch main node on a Graviton EFA type.
+
+The build runs every RUN step under qemu, so it is long: the test runs where
+``MNP_EMULATED_BUILD=1`` asks for it (the scheduled CI lane, .github/workflows/emulated.yml)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from matrix.image import bootstrap
+from matrix.image.plan import plan
+from matrix.model.instances import INSTANCE_TYPES
+from matrix.model.loader import load_matrix
+from tests.conftest import held
+from tests.helpers import one_line
+
+ROOT = Path(__file__).resolve().parent.parent
+STACK = "cpu-tcp-arm64"
+INSTANCE = "c7gn.16xlarge"
+pytestmark = [pytest.mark.docker]
+# Every RUN step of the build runs under qemu: longer than the suite's budget (module docstring).
+needs_emulation = pytest.mark.skipif(
+    os.environ.get("MNP_EMULATED_BUILD") != "1",
+    reason="emulated arm64 build: set MNP_EMULATED_BUILD=1 (the scheduled CI lane sets it)")
+# A Batch main node of three (the variables AWS Batch sets on every node of a multi-node job).
+BATCH_MAIN = {"AWS_BATCH_JOB_ID": "a1b2c3#0", "AWS_BATCH_JOB_NODE_INDEX": "0",
+              "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0", "AWS_BATCH_JOB_NUM_NODES": "3"}
+
+
+@pytest.fixture(scope="module")
+def arm64_build(docker_client) -> str:
+    """`invoke build --stack cpu-tcp-arm64 --test` from the project root: bootstraps the arm64
+    base when it is missing, builds, runs every layer's tests; the final image's reference."""
+    with held(f"build-{STACK}"):
+        proc = subprocess.run([sys.executable, "-m", "invoke", "build", "--stack", STACK,
+                               "--test"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=3600, check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    result = plan(load_matrix(ROOT / "stacks.yaml"), [STACK])
+    return result.chains[STACK][-1]
+
+
+@pytest.mark.slow
+@needs_emulation
+def test_the_base_and_the_image_say_arm64(docker_client, arm64_build):
+    base = load_matrix(ROOT / "stacks.yaml").stack(STACK).base
+    for image in (base.image, arm64_build):
+        attrs = docker_client.images.get(image).attrs
+        assert (attrs["Os"], attrs["Architecture"], attrs.get("Variant")) == \
+            ("linux", "arm64", "v8"), image
+
+
+@pytest.mark.slow
+@needs_emulation
+def test_its_binaries_run_as_aarch64(docker_client, arm64_build):
+    out = docker_client.containers.run(arm64_build, ["uname", "-m"], remove=True, entrypoint=[])
+    assert out.decode().strip() == "aarch64"
+
+
+@pytest.mark.slow
+@needs_emulation
+def test_the_entrypoint_plans_a_batch_main_node_on_a_graviton_type(docker_client, arm64_build):
+    # /dev/shm as the job definition sizes it for the type (the row's shm_mib): the health
+    # gate checks it against the row; Docker's default 64 MiB would fail it.
+    shm = INSTANCE_TYPES[INSTANCE].shm_mib
+    argv = ["/usr/bin/docker", "run", "--rm", "--label", "mnp-test=1", f"--shm-size={shm}m",
+            "-e", "MNP_DRY_RUN=1", "-e", f"MNP_INSTANCE_TYPE={INSTANCE}"]
+    for key, value in BATCH_MAIN.items():
+        argv += ["-e", f"{key}={value}"]
+    proc = subprocess.run([*argv, arm64_build, "python3", "-c", "print(1)"],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PROBLEM" not in proc.stdout, proc.stdout
+    assert "role: main, node 0 of 3, main node index 0" in proc.stdout, proc.stdout
+    assert "scheduler: batch (detected from AWS_BATCH_JOB_NODE_INDEX)" in proc.stdout
+    assert f"MNP_INSTANCE_TYPE={INSTANCE}" in proc.stdout
+    assert "command: /usr/bin/mpirun --allow-run-as-root -np 3 " in proc.stdout
+
+
+def test_a_base_of_another_architecture_is_refused_in_one_line(docker_client, tmp_path):
+    """The engine would build the arm64 stack on an amd64 base without a word (20.10's builder
+    enforces no platform): `invoke build` refuses it before any layer, in one line."""
+    amd64 = load_matrix(ROOT / "stacks.yaml").stack("cpu-tcp").base.image
+    if not bootstrap._local(docker_client, amd64):
+        pytest.skip(f"needs the amd64 base {amd64} (the cpu-tcp build makes it)")
+    text = (ROOT / "stacks.yaml").read_text(encoding="utf-8")
+    start = text.index("\n  debian-12-arm64:\n")
+    line = text.index("    image: arm64v8/debian:bookworm\n", start)
+    text = text.replace(text[line:text.index("\n  ubuntu-18.04:\n", line)],
+                        f"    image: {amd64}\n    os: debian12\n"
+                        '    provides: {debian: "12", python: "3.11.2"}', 1)
+    stacks = tmp_path / "stacks.yaml"
+    stacks.write_text(text, encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "invoke", "build", "--stacks", str(stacks),
+                           "--stack", STACK], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert one_line(proc, 1) == (
+        f"error: base 'debian-12-arm64' of stack {STACK}: {amd64} is linux/amd64 (its image "
+        f"config's Architecture), not linux/arm64 as the stack's platform says; remove it "
+        f"(docker rmi {amd64}) so that it is pulled or bootstrapped for linux/arm64")
