@@ -292,7 +292,7 @@ def test_dl1_says_it_left_karpenters_table_where_users_pick_it():
     assert "website/content/en/v1.13/reference/instance-types.md" in row.source
     assert "since v1.14" in row.notice and "listed up to v1.13" in row.notice
     assert sorted(name for name, r in INSTANCE_TYPES.items() if r.notice) == [
-        "dl1.24xlarge", "p3.16xlarge"]
+        "dl1.24xlarge", "p3.16xlarge", "p6e-gb200.36xlarge"]
     # a Batch tag holds it whole (spec.BATCH_TAG_MAX)
     assert spec.batch_tags([row.notice])["mnp:notice-1"].endswith("dl1.24xlarge")
 
@@ -306,7 +306,7 @@ def test_dl1_says_it_left_karpenters_table_where_users_pick_it():
     rows = {s["name"]: s for s in json.loads(proc.stdout)["stacks"]}
     assert rows["synapseai1.6-efa"]["notices"] == [row.notice]
     assert all(not r["notices"] for name, r in rows.items()
-               if not {"dl1.24xlarge", "p3.16xlarge"} & set(r["instances"]))
+               if not {"dl1.24xlarge", "p3.16xlarge", "p6e-gb200.36xlarge"} & set(r["instances"]))
     text = invoke("stacks", env={"COLUMNS": "100"}).stdout
     block = text.split("\nsynapseai1.6-efa:")[1].split("\n\n")[0]
     assert "notice:     dl1.24xlarge is gone from Karpenter's" in block

@@ -299,6 +299,11 @@ CLASS_CASES = {
         fact_stack([("nccl-tests", "2.17.6", {"requires": ["cuda"]})], {"cuda": "13.2.86"}),
         fact_stack([("nccl-tests", "2.17.6", {})], {"cuda": "13.2.86"}),
     ),
+    # an amd64 stack (the default platform) on an x86 type, and on a Graviton one
+    "instance-platform": (
+        fact_stack([], instances=("c5n.18xlarge",)),
+        fact_stack([], instances=("c7gn.16xlarge",)),
+    ),
 }
 
 

@@ -347,11 +347,15 @@ def test_child_stops_promptly_when_the_main_node_accepts_and_stays_silent(local_
 # -- Low: a monotonic clock for every timeout -----------------------------------------------------
 
 def test_no_wall_clock_timeouts_in_the_entrypoint():
-    """``time.time()`` only where an epoch deadline from a caller is converted once."""
+    """``time.time()`` only where an epoch deadline from a caller is converted once, and in
+    run/attribution.py, whose failure times order failures across nodes (a monotonic clock
+    counts from each host's own start, so only the wall clock compares between nodes); no
+    timeout anywhere reads the wall clock."""
     calls = []
     for path in sorted((ROOT / "entrypoint").rglob("*.py")):
         for item in ast.walk(ast.parse(path.read_text())):
             if isinstance(item, ast.Call) and isinstance(item.func, ast.Attribute) and \
                     item.func.attr == "time" and getattr(item.func.value, "id", "") == "time":
                 calls.append(f"{path.name}:{item.lineno}")
-    assert len(calls) == 1 and calls[0].startswith("server.py"), calls
+    deadlines = [call for call in calls if not call.startswith("attribution.py")]
+    assert len(deadlines) == 1 and deadlines[0].startswith("server.py"), calls
