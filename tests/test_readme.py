@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from entrypoint.schedulers import ORDER
 from matrix.cli import manual
 from tests.helpers import stacks_yaml
 
@@ -96,9 +97,9 @@ README_DIGEST_URI = ("123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp-stacks@sh
 # What each example must print, beyond exiting 0 (keyed by the command without its comment).
 CHECKS: dict[str, Callable[[str], bool]] = {
     "invoke stacks --names": lambda out: out.split()[:2] == ["cpu-tcp", "cpu-mpi"],
-    # the adapters a job is submitted to, in the entrypoint's detection order
+    # the adapters a job is submitted to, in the entrypoint's detection order (its registry)
     "invoke stacks --values scheduler": lambda out: out.split() == [
-        "batch", "mpijob", "pytorchjob", "trainjob", "slurm"],
+        adapter.NAME for adapter in ORDER if adapter.SUBMITTED],
     # cpu-mpi's first five layers are cpu-tcp's; each stack adds its label-only layer.
     "invoke plan --stack cpu-tcp --stack cpu-mpi": lambda out: (
         f"{len(STACKS['cpu-tcp']['layers']) + len(STACKS['cpu-mpi']['layers']) + 2 - 5} layers "
