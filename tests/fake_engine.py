@@ -79,7 +79,10 @@ class _Handler(BaseHTTPRequestHandler):
             if fault == "drop_inspect" and name.startswith("mnp-"):
                 self._drop()
             elif name in self.server.local_images:
+                # as the engine's ImageInspect answers: the config's platform too (the build
+                # checks each base's Architecture against its stacks' platform)
                 self._json(200, {"Id": IMAGE_ID, "RepoTags": [name], "Size": 1,
+                                 "Os": "linux", "Architecture": "amd64",
                                  "Config": {"Labels": {}}})
             else:
                 self._json(404, {"message": f"No such image: {name}"})
