@@ -80,3 +80,17 @@ def writer_commands() -> dict[str, list[str]]:
                                                  for word in ("--" + name.replace("_", "-"),
                                                               value)]
     return commands
+
+
+def stacks_with(tmp_path: Path, targets: dict[str, str]) -> Path:
+    """The project's stacks file with each named stack's instances list replaced (the text
+    edited where it stands, so every other line reads as it does in stacks.yaml)."""
+    text = (Path(__file__).resolve().parent.parent / "stacks.yaml").read_text(encoding="utf-8")
+    for stack, instances in targets.items():
+        start = text.index(f"\n  {stack}:\n")
+        line = text.index("    instances: [", start)
+        end = text.index("]\n", line)
+        text = text[:line] + f"    instances: [{instances}" + text[end:]
+    path = tmp_path / "stacks.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path

@@ -17,7 +17,7 @@ import yaml
 from matrix.image.plan import content_tag, plan
 from matrix.model.instances import INSTANCE_TYPES, TABLE
 from matrix.model.rules import check_matrix, load_rules
-from tests.helpers import one_line, project_matrix
+from tests.helpers import one_line, project_matrix, stacks_with
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cpu-tcp-arm64@sha256:" + "e" * 64
@@ -43,18 +43,6 @@ def test_every_instance_row_says_its_architecture_and_cites_it():
     assert (gb200.gpus, gb200.gpu_model, gb200.efa_interfaces, gb200.imex_channel) == \
         (4, "GB200", 4, True)
     assert "AL2023 ARM NVIDIA" in gb200.source
-
-
-def stacks_with(tmp_path: Path, targets: dict[str, str]) -> Path:
-    text = (ROOT / "stacks.yaml").read_text(encoding="utf-8")
-    for stack, instances in targets.items():
-        start = text.index(f"\n  {stack}:\n")
-        line = text.index("    instances: [", start)
-        end = text.index("]\n", line)
-        text = text[:line] + f"    instances: [{instances}" + text[end:]
-    path = tmp_path / "stacks.yaml"
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def test_a_stack_on_a_type_of_another_architecture_is_invalid_with_the_rule(tmp_path):

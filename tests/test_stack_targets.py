@@ -16,7 +16,7 @@ from pathlib import Path
 
 from matrix.model.instances import INSTANCE_TYPES
 from matrix.model.rules import check_matrix, load_rules
-from tests.helpers import one_line, project_matrix
+from tests.helpers import one_line, project_matrix, stacks_with
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cpu-tcp@sha256:" + "f" * 64
@@ -28,20 +28,6 @@ def invoke(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
     return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
-
-
-def stacks_with(tmp_path: Path, targets: dict[str, str]) -> Path:
-    """The project's stacks file with each named stack's instances list replaced (the text
-    edited where it stands, so every other line reads as it does in stacks.yaml)."""
-    text = (ROOT / "stacks.yaml").read_text(encoding="utf-8")
-    for stack, instances in targets.items():
-        start = text.index(f"\n  {stack}:\n")
-        line = text.index("    instances: [", start)
-        end = text.index("]\n", line)
-        text = text[:line] + f"    instances: [{instances}" + text[end:]
-    path = tmp_path / "stacks.yaml"
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def test_a_cpu_stack_on_a_gpu_type_is_invalid_with_the_rule_and_its_source(tmp_path):
