@@ -174,10 +174,6 @@ class RunOpts:
                 found[option.name] = option
         return RunOpts(tuple(found[name] for name in order))
 
-    def without(self, names: Iterable[str]) -> RunOpts:
-        drop = set(names)
-        return RunOpts(tuple(option for option in self.options if option.name not in drop))
-
     def with_default(self, name: str, default: Any, text: str = "") -> RunOpts:
         return RunOpts(tuple(replace(option, default=default, default_text=text)
                              if option.name == name else option for option in self.options))
@@ -226,13 +222,3 @@ def flags(groups: Iterable[RunOpts]) -> dict[str, Option]:
             if seen is None or (not seen.choices and option.choices):
                 found[option.flag] = option
     return found
-
-
-def given(values: Mapping[str, Any], options: RunOpts) -> list[str]:
-    """The flags of ``values`` that were typed (not invoke's defaults), in declaration order."""
-    typed = []
-    for option in options:
-        value = values.get(option.name)
-        if value not in (None, False, [], ()):
-            typed.append(option.flag)
-    return typed
