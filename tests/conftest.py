@@ -65,6 +65,12 @@ def group_of(item: pytest.Item) -> str:
 # groups that need the build keep their place by their seconds: leading too, one held a second
 # worker at the build's lock (822 s of a fresh run, 2026-11-28).
 CUDA_LAYER_TESTS = "cuda13.2-tcp layer tests"
+# The arm64 CPU stack built under emulation (tests/test_cpu_tcp_arm64.py's group): from nothing,
+# minutes of one CPU at qemu's pace, then seconds once built. Without a last run it goes out with
+# the CUDA group, so that it runs beside the CUDA build's downloads, not after the rest.
+EMULATED_BUILD = "tests/test_cpu_tcp_arm64.py"
+# The groups that lead without a last run, in this order.
+FROM_NOTHING_FIRST = (CUDA_LAYER_TESTS, EMULATED_BUILD)
 
 
 def group_seconds() -> tuple[dict[str, float], bool]:
@@ -78,16 +84,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The groups longest first (longest-processing-time-first scheduling: the last groups to
     start are short, so no worker runs on alone at the end). A group neither run nor recorded
     counts as the longest when it holds a slow test, else as the shortest; without a last run
-    ``CUDA_LAYER_TESTS`` leads. Equals keep the order of collection (a stable sort). The suite
+    ``FROM_NOTHING_FIRST`` lead. Equals keep the order of collection (a stable sort). The suite
     runs xdist with ``--no-loadscope-reorder`` (matrix/cli/suite.py): xdist would otherwise hand
     out the groups with the most tests first."""
     seconds, had_last_run = group_seconds()
     slow = {group_of(item) for item in items if item.get_closest_marker("slow")}
 
-    def key(item: pytest.Item) -> tuple[bool, float]:
+    def key(item: pytest.Item) -> tuple[int, float]:
         group = group_of(item)
-        return (had_last_run or group != CUDA_LAYER_TESTS,
-                -seconds.get(group, math.inf if group in slow else 0.0))
+        lead = len(FROM_NOTHING_FIRST)
+        if not had_last_run and group in FROM_NOTHING_FIRST:
+            lead = FROM_NOTHING_FIRST.index(group)
+        return (lead, -seconds.get(group, math.inf if group in slow else 0.0))
 
     items.sort(key=key)
 

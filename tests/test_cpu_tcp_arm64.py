@@ -4,12 +4,13 @@ stack built and its layer tests run through `invoke build --test` (the user's pa
 config saying arm64, its binaries running as aarch64, and the entrypoint's dry run planning a
 Batch main node on a Graviton EFA type.
 
-The build runs every RUN step under qemu, so it is long: the test runs where
-``MNP_EMULATED_BUILD=1`` asks for it (the scheduled CI lane, .github/workflows/emulated.yml)."""
+Every RUN step runs under qemu: these tests are marked ``emulated``. `invoke check` runs them
+with the rest of the suite (warm, the build is cached and they take seconds); on GitHub they run
+in ci.yml's scheduled lane only (job emulated-arm64), beyond a pull request's budget."""
 
 from __future__ import annotations
 
-import os
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -27,10 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 STACK = "cpu-tcp-arm64"
 INSTANCE = "c7gn.16xlarge"
 pytestmark = [pytest.mark.docker]
-# Every RUN step of the build runs under qemu: longer than the suite's budget (module docstring).
-needs_emulation = pytest.mark.skipif(
-    os.environ.get("MNP_EMULATED_BUILD") != "1",
-    reason="emulated arm64 build: set MNP_EMULATED_BUILD=1 (the scheduled CI lane sets it)")
 # A Batch main node of three (the variables AWS Batch sets on every node of a multi-node job).
 BATCH_MAIN = {"AWS_BATCH_JOB_ID": "a1b2c3#0", "AWS_BATCH_JOB_NODE_INDEX": "0",
               "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0", "AWS_BATCH_JOB_NUM_NODES": "3"}
@@ -50,7 +47,7 @@ def arm64_build(docker_client) -> str:
 
 
 @pytest.mark.slow
-@needs_emulation
+@pytest.mark.emulated
 def test_the_base_and_the_image_say_arm64(docker_client, arm64_build):
     base = load_matrix(ROOT / "stacks.yaml").stack(STACK).base
     for image in (base.image, arm64_build):
@@ -60,14 +57,14 @@ def test_the_base_and_the_image_say_arm64(docker_client, arm64_build):
 
 
 @pytest.mark.slow
-@needs_emulation
+@pytest.mark.emulated
 def test_its_binaries_run_as_aarch64(docker_client, arm64_build):
     out = docker_client.containers.run(arm64_build, ["uname", "-m"], remove=True, entrypoint=[])
     assert out.decode().strip() == "aarch64"
 
 
 @pytest.mark.slow
-@needs_emulation
+@pytest.mark.emulated
 def test_the_entrypoint_plans_a_batch_main_node_on_a_graviton_type(docker_client, arm64_build):
     # /dev/shm as the job definition sizes it for the type (the row's shm_mib): the health
     # gate checks it against the row; Docker's default 64 MiB would fail it.
@@ -84,6 +81,24 @@ def test_the_entrypoint_plans_a_batch_main_node_on_a_graviton_type(docker_client
     assert "scheduler: batch (detected from AWS_BATCH_JOB_NODE_INDEX)" in proc.stdout
     assert f"MNP_INSTANCE_TYPE={INSTANCE}" in proc.stdout
     assert "command: /usr/bin/mpirun --allow-run-as-root -np 3 " in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.emulated
+def test_its_sbom_says_arm64_and_lists_arm64_packages(arm64_build, tmp_path):
+    """`invoke sbom` of the arm64 image: the document names its platform, and every Debian
+    package's purl carries the architecture dpkg recorded (arm64, or all), none amd64."""
+    out = tmp_path / "sbom.json"
+    proc = subprocess.run([sys.executable, "-m", "invoke", "sbom", "--stack", STACK, "--output",
+                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    properties = {p["name"]: p["value"] for p in doc["metadata"]["component"]["properties"]}
+    assert properties["mnp-stacks:platform"] == "linux/arm64/v8"
+    archs = {c["purl"].split("?arch=")[1].split("&")[0] for c in doc["components"]
+             if c.get("purl", "").startswith("pkg:deb/")}
+    assert archs == {"arm64", "all"}, archs
 
 
 def test_a_base_of_another_architecture_is_refused_in_one_line(docker_client, tmp_path):

@@ -228,12 +228,12 @@ def test_groups_are_ordered_longest_first_and_the_cuda_layer_tests_lead_without_
         monkeypatch):
     """Longest first by the recorded seconds, a last run's seconds over them; a group neither
     run nor recorded is the longest when it has a slow test. Without a last run (a clean clone)
-    the CUDA stack's layer tests lead: on a fresh machine their worker builds the stack from
-    nothing, then tests every layer. Another group that needs the build keeps its place by its
-    seconds, rather than holding a second worker at the build's lock."""
+    the CUDA stack's layer tests lead, then the emulated arm64 build: on a fresh machine their
+    workers build those stacks from nothing. Another group that needs the build keeps its place
+    by its seconds, rather than holding a second worker at the build's lock."""
     from tests import conftest, suite_groups
 
-    monkeypatch.setattr(conftest, "CUDA_LAYER_TESTS", "tests/b.py")
+    monkeypatch.setattr(conftest, "FROM_NOTHING_FIRST", ("tests/b.py", "tests/e.py"))
 
     def order(recorded: dict[str, float], last: dict[str, float]) -> list[str]:
         monkeypatch.setattr(suite_groups, "recorded", lambda: recorded)
@@ -244,21 +244,26 @@ def test_groups_are_ordered_longest_first_and_the_cuda_layer_tests_lead_without_
         conftest.pytest_collection_modifyitems(None, items)
         return [item.nodeid.split("::")[0].removeprefix("tests/") for item in items]
 
-    assert order({}, {}) == ["b.py", "a.py", "c.py", "d.py", "e.py"]
+    assert order({}, {}) == ["b.py", "e.py", "a.py", "c.py", "d.py"]
     assert order({"tests/c.py": 5.0, "tests/d.py": 50.0}, {}) == [
-        "b.py", "a.py", "d.py", "c.py", "e.py"]
+        "b.py", "e.py", "a.py", "d.py", "c.py"]
     recorded = {"tests/a.py": 90.0, "tests/b.py": 8.0, "tests/c.py": 5.0, "tests/d.py": 50.0,
                 "tests/e.py": 20.0}
-    assert order(recorded, {}) == ["b.py", "a.py", "d.py", "e.py", "c.py"]
+    assert order(recorded, {}) == ["b.py", "e.py", "a.py", "d.py", "c.py"]
     assert order(recorded, {"tests/c.py": 200.0}) == ["c.py", "a.py", "d.py", "e.py", "b.py"]
 
 
-def test_the_leading_group_is_the_cuda_layer_tests_as_collected():
-    """tests/conftest.py's CUDA_LAYER_TESTS names the group the CUDA layer tests really carry."""
-    from tests import conftest, test_cuda_tcp
+def test_the_leading_groups_are_the_cuda_layer_tests_and_the_emulated_build_as_collected():
+    """tests/conftest.py's leading groups are the groups those tests really carry: the CUDA
+    layer tests' mark, and the emulated tests' file."""
+    from tests import conftest, test_cpu_tcp_arm64, test_cuda_tcp
 
     mark = test_cuda_tcp.test_every_layer_test_passes.pytestmark
     assert [m.args[0] for m in mark if m.name == "xdist_group"] == [conftest.CUDA_LAYER_TESTS]
+    assert conftest.FROM_NOTHING_FIRST == (conftest.CUDA_LAYER_TESTS, conftest.EMULATED_BUILD)
+    assert test_cpu_tcp_arm64.__file__.endswith(conftest.EMULATED_BUILD)
+    assert not hasattr(test_cpu_tcp_arm64, "pytestmark") or not any(
+        m.name == "xdist_group" for m in test_cpu_tcp_arm64.pytestmark)
 
 
 ORDERED = {

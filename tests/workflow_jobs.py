@@ -56,6 +56,7 @@ class PytestRun:
     job: str
     variant: str
     args: tuple[str, ...]
+    scheduled: bool = False  # a job of the workflow's schedule, not of pull requests
 
     @property
     def label(self) -> str:
@@ -148,10 +149,18 @@ def _why_not(job: dict, step: dict, values: dict[str, str], shims: Path, where: 
     return ""
 
 
+ON_SCHEDULE = "github.event_name == 'schedule'"
+
+
 def pull_request_jobs(workflow: dict) -> dict:
     """The workflow less the jobs that run only on its schedule (``if:`` on the event)."""
-    jobs = {name: job for name, job in workflow["jobs"].items()
-            if job.get("if") != "github.event_name == 'schedule'"}
+    jobs = {name: job for name, job in workflow["jobs"].items() if job.get("if") != ON_SCHEDULE}
+    return {**workflow, "jobs": jobs}
+
+
+def scheduled_jobs(workflow: dict) -> dict:
+    """The jobs that run only on the workflow's schedule."""
+    jobs = {name: job for name, job in workflow["jobs"].items() if job.get("if") == ON_SCHEDULE}
     return {**workflow, "jobs": jobs}
 
 
@@ -261,14 +270,30 @@ def collected(arg_lists: list[tuple[str, ...]]) -> list[set[str]]:
     return found
 
 
+# The tests only ci.yml's scheduled lane runs on GitHub: the arm64 build under emulation (marker
+# `emulated`), too long for a pull request's budget; `invoke check` runs them here.
+SCHEDULED_ONLY = ("-m", "emulated")
+
+
 @functools.cache
 def ci_collections() -> tuple[dict[PytestRun, set[str]], set[str]]:
-    """What each pytest run of ci.yml's pull-request jobs selects, and what the whole suite
-    collects, collected once per process: the workflow tests and the skip ledger's test both
-    read them (one xdist group, so one worker)."""
-    runs = pytest_runs(pull_request_jobs(load_workflow(ROOT / ".github" / "workflows" / "ci.yml")))
+    """What each pytest run of ci.yml selects (its pull-request jobs, then its scheduled ones,
+    ``scheduled`` set), and what the whole suite collects, collected once per process: the
+    workflow tests and the skip ledger's test both read them (one xdist group, so one worker)."""
+    workflow = load_workflow(ROOT / ".github" / "workflows" / "ci.yml")
+    pull_request = pytest_runs(pull_request_jobs(workflow))
+    scheduled = [PytestRun(run.job, run.variant, run.args, scheduled=True)
+                 for run in pytest_runs(scheduled_jobs(workflow))]
+    runs = pull_request + scheduled
     *each, everything = collected([run.args for run in runs] + [()])
     return dict(zip(runs, each)), everything
+
+
+@functools.cache
+def scheduled_only() -> set[str]:
+    """The tests marked for the scheduled lane only (SCHEDULED_ONLY)."""
+    (found,) = collected([SCHEDULED_ONLY])
+    return found
 
 
 def tree_modules() -> set[str]:

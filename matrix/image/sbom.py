@@ -261,8 +261,10 @@ def split_by_owner(debs: list[Package], dists: list[Package]) -> tuple[dict[str,
 
 def document(matrix: Matrix, stack: Stack, image: str, image_id: str,
              debs: list[Package], dists: list[Package], created: str = "",
-             entrypoint: EntrypointFiles | None = None) -> str:
-    """The CycloneDX 1.6 JSON document, validated against the schema."""
+             entrypoint: EntrypointFiles | None = None, platform: str = "") -> str:
+    """The CycloneDX 1.6 JSON document, validated against the schema. ``platform`` is what the
+    image's config records (``linux/arm64/v8``): one document per platform image, each saying
+    which (CycloneDX 1.6 has no platform field, hence a property)."""
     from cyclonedx.model import (
         ExternalReference,
         ExternalReferenceType,
@@ -287,7 +289,9 @@ def document(matrix: Matrix, stack: Stack, image: str, image_id: str,
     bom.metadata.component = Component(
         type=ComponentType.CONTAINER, name=image.rsplit(":", 1)[0], version=image_id,
         bom_ref=image_id, properties=[Property(name="mnp-stacks:stack", value=stack.name),
-                                      Property(name="mnp-stacks:base", value=stack.base.image)])
+                                      Property(name="mnp-stacks:base", value=stack.base.image),
+                                      *([Property(name="mnp-stacks:platform", value=platform)]
+                                        if platform else [])])
     for deb in debs:
         qualifiers = {"arch": deb.arch} if deb.arch else None
         provides = [Property(name="mnp-stacks:python-distribution",
@@ -370,9 +374,17 @@ def of_image(client: docker.DockerClient, matrix: Matrix, stack: Stack, image: s
     try:
         found = client.images.get(image)
         image_id, created = found.id, found.attrs.get("Created", "")
+        platform = image_platform(found.attrs)
     except docker.errors.ImageNotFound:
         raise UserError(f"image {image} is not in the local engine; run `invoke build --stack "
                         f"{stack.name}` first") from None
     found = read_image(client, image)
     return document(matrix, stack, image, image_id, found.debs, found.dists, created,
-                    found.entrypoint)
+                    found.entrypoint, platform)
+
+
+def image_platform(attrs: dict) -> str:
+    """``os/architecture[/variant]`` as the image config records them (the OCI image-spec's
+    config fields; image-index.md "platform" writes them the same way)."""
+    parts = [attrs.get("Os", ""), attrs.get("Architecture", ""), attrs.get("Variant", "")]
+    return "/".join(part for part in parts if part)

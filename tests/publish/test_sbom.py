@@ -115,6 +115,9 @@ def test_cpu_tcp_sbom_lists_what_the_image_holds(docker_client, cpu_tcp_build, t
     doc = _valid(out.read_text())
     purls = _purls(doc)
     assert len(purls) == len(set(purls))  # one entry per installed thing
+    # The document says which platform's image it describes (one per platform image).
+    properties = {p["name"]: p["value"] for p in doc["metadata"]["component"]["properties"]}
+    assert properties["mnp-stacks:platform"] == "linux/amd64"
     debs = {c["name"]: c for c in doc["components"] if c.get("purl", "").startswith("pkg:deb/")}
     pypi = {c["name"]: c for c in doc["components"] if c.get("purl", "").startswith("pkg:pypi/")}
 

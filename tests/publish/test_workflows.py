@@ -35,26 +35,37 @@ def ci_selection():
 
 
 def test_every_test_module_is_selected_by_a_pull_request_job(ci_selection):
+    """Every test runs in a pull request's job but the emulated arm64 build's (marker
+    `emulated`), which only the scheduled lane runs there (and `invoke check` here)."""
     selected, everything, modules = ci_selection
     assert len(modules) > 80 and len(everything) > 1500  # the tree was really read
-    tests, files = workflow_jobs.uncovered(selected, everything, modules)
+    pull_request = {run: nodes for run, nodes in selected.items() if not run.scheduled}
+    tests, files = workflow_jobs.uncovered(pull_request, everything, modules)
     assert not files, f"test modules no job of ci.yml selects: {sorted(files)}"
-    assert not tests, f"{len(tests)} tests no job of ci.yml selects, e.g. {sorted(tests)[:5]}"
+    emulated = workflow_jobs.scheduled_only()
+    assert emulated and emulated <= everything
+    assert tests == emulated, (f"{len(tests - emulated)} tests no job of ci.yml selects, e.g. "
+                               f"{sorted(tests - emulated)[:5]}; pull requests run "
+                               f"{sorted(emulated - tests)[:5]}")
+    on_schedule = set().union(*(nodes for run, nodes in selected.items() if run.scheduled))
+    assert emulated <= on_schedule, sorted(emulated - on_schedule)[:5]
 
 
 def test_each_pytest_job_selects_tests_no_other_job_does(ci_selection):
-    """Removing any one job (or matrix group) leaves tests unselected: the check above bites,
-    and no job is dead weight."""
+    """Removing any one pull-request job (or matrix group) leaves tests unselected: the check
+    above bites, and no job is dead weight."""
     selected, everything, modules = ci_selection
-    labels = sorted(run.label for run in selected)
+    pull_request = {run: nodes for run, nodes in selected.items() if not run.scheduled}
+    labels = sorted(run.label for run in pull_request)
     assert {"unit", "docker-tests", "slow[slurm]", "slow[kubeflow-elastic]",
             "slow[entrypoint-clusters]", "slow[engine-faults]", "slow[cuda-tcp]",
             "slow[rest]"} <= set(labels), labels
-    for removed in selected:
-        rest = {run: nodes for run, nodes in selected.items() if run != removed}
+    for removed in pull_request:
+        rest = {run: nodes for run, nodes in pull_request.items() if run != removed}
         tests, _ = workflow_jobs.uncovered(rest, everything, modules)
-        assert tests, f"without {removed.label} every test is still selected"
-    without_slurm = {run: nodes for run, nodes in selected.items() if run.variant != "slurm"}
+        assert tests - workflow_jobs.scheduled_only(), \
+            f"without {removed.label} every test is still selected"
+    without_slurm = {run: nodes for run, nodes in pull_request.items() if run.variant != "slurm"}
     _, files = workflow_jobs.uncovered(without_slurm, everything, modules)
     assert {"tests/integration/test_slurm_cluster.py",
             "tests/integration/test_slurm_entrypoint.py"} <= files
@@ -122,12 +133,11 @@ def test_the_emulated_arm64_build_runs_on_the_schedule_only_with_emulation():
     ci = load_workflow(WORKFLOWS / "ci.yml")
     job = ci["jobs"]["emulated-arm64"]
     assert "emulated-arm64" not in workflow_jobs.pull_request_jobs(ci)["jobs"]
-    assert job["env"]["MNP_EMULATED_BUILD"] == "1"
     assert "permissions" not in job and ci["permissions"] == {"contents": "read"}
     for tool in ("qemu-user-static", "binfmt-support", "arch-test", "mmdebstrap"):
         assert tool in _runs(job), tool
     (run,) = workflow_jobs.pytest_runs({"jobs": {"e": job}})
-    assert "tests/test_cpu_tcp_arm64.py" in run.args
+    assert "tests/test_cpu_tcp_arm64.py" in run.args and "emulated" in run.args
 
 
 def test_the_slow_groups_run_on_pull_requests_as_root_with_their_tools():
