@@ -337,7 +337,8 @@ def test_matrix_says_which_stacks_it_leaves_out_and_why(tmp_path):
                            "(`download`) in the stacks file, so their layers fail closed); "
                            "cuda13.2-efa1.51 (not buildable yet: efa 1.51.0, nccl-tests 2.18.3 "
                            "have no sha256 pin (`download`) in the stacks file, so their layers "
-                           "fail closed); cuda13.2-tcp-arm64 (no ci.runner in the stacks file)\n")
+                           "fail closed); cuda13.2-tcp-arm64 (no ci.runner in the stacks file); "
+                           "cuda13.2-efa-arm64 (no ci.runner in the stacks file)\n")
     # a runner does not put a stack CI cannot build into the matrix; no runner is a reason too
     data = stacks_yaml()
     data["stacks"]["synapseai1.6-efa"]["ci"] = {"runner": "ubuntu-22.04"}

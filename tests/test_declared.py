@@ -48,6 +48,14 @@ def test_plugins_library_folders_and_environment_follow_the_layers():
     assert efa.plugin == "/opt/amazon/ofi-nccl/lib/libnccl-net.so" and efa.fi_info_efa is True
     assert efa.libdirs == ["/opt/amazon/efa/lib", "/opt/amazon/openmpi/lib"]
     assert efa.env["NCCL_NET_PLUGIN"] == "ofi" and efa.env["PYTHONPATH"] == "/opt/mnp/lib"
+    # arm64 (p6e-gb200): installer 1.50.0's plugin is in lib as on amd64; the multiarch folder
+    # on the library path is aarch64's, rendered with the stack's platform
+    arm = image_facts(MATRIX, MATRIX.stack("cuda13.2-efa-arm64"))
+    assert arm.plugin == efa.plugin and arm.fi_info_efa is True
+    arm_path = arm.env["LD_LIBRARY_PATH"].split(":")
+    assert "/opt/amazon/ofi-nccl/lib/aarch64-linux-gnu" in arm_path
+    assert "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu" not in arm_path
+    assert "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu" in efa.env["LD_LIBRARY_PATH"].split(":")
     own = image_facts(MATRIX, MATRIX.stack("cuda11.7-efa"))  # its own aws-ofi-nccl layer
     assert own.plugin == "/opt/aws-ofi-nccl/lib/libnccl-net.so"
     gaudi = image_facts(MATRIX, MATRIX.stack("synapseai1.6-efa"))

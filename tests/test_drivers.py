@@ -19,7 +19,8 @@ from tests.test_cli import invoke
 
 CUDA_STACKS = {"cuda10.1-efa": "418.39", "cuda10.1-tcp": "418.39", "cuda11.7-efa": "450.80.02",
                "cuda12.1-efa": "525.60.13", "cuda13.2-tcp": "580", "cuda13.2-efa": "580",
-               "cuda13.2-efa1.51": "580", "cuda13.2-tcp-arm64": "580"}
+               "cuda13.2-efa1.51": "580", "cuda13.2-tcp-arm64": "580",
+               "cuda13.2-efa-arm64": "580"}
 
 
 def matrix():

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from matrix.image.plan import plan
 from matrix.model.loader import load_matrix
 from matrix.model.rules import check_stack
@@ -18,8 +20,15 @@ STACK = "cuda13.2-efa1.51"
 # The EFA release notes' 1.51.0 row (efa-changelog.html, October 22, 2026), as data.
 EFA_1_51_ROW = {"libfabric": "2.7.0amzn2.0", "aws-ofi-nccl": "1.22.0", "rdma-core": "65.0",
                 "drops": "Debian 11"}
-PLUGIN_DIRS = ("/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu", "/opt/amazon/ofi-nccl/lib64",
-               "/opt/amazon/ofi-nccl/lib")
+# Where the bundled plugin may be, by platform: the Debian multiarch folder of its architecture
+# (installers up to 1.47; aarch64 on arm64, AWS's nccl-tests.Dockerfile), RPM's lib64, and lib
+# (installers from 1.48 on both).
+PLUGIN_DIRS = {
+    "linux/amd64": ("/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu", "/opt/amazon/ofi-nccl/lib64",
+                    "/opt/amazon/ofi-nccl/lib"),
+    "linux/arm64": ("/opt/amazon/ofi-nccl/lib/aarch64-linux-gnu", "/opt/amazon/ofi-nccl/lib64",
+                    "/opt/amazon/ofi-nccl/lib"),
+}
 
 
 def _version(component: str, version: str) -> dict:
@@ -86,15 +95,21 @@ def test_nccl_stays_the_one_pytorch_pins():
     assert "pytorch/pytorch/pull/194253" in _flat(stack["description"])
 
 
-def test_a_bundled_plugin_installer_sets_nccl_net_plugin_and_finds_the_plugin():
+@pytest.mark.parametrize(("stack", "platform"), [("cuda13.2-efa", "linux/amd64"),
+                                                  ("cuda13.2-efa-arm64", "linux/arm64")])
+def test_a_bundled_plugin_installer_sets_nccl_net_plugin_and_finds_the_plugin(stack, platform):
     """NGC bases default NCCL_NET_PLUGIN=spcx; NCCL then never opens libnccl-net.so, so the
-    EFA layer names the plugin itself, and checks at build time where the installer put it."""
-    text = _layer("cuda13.2-efa", "efa")
+    EFA layer names the plugin itself, and checks at build time where the installer put it:
+    the multiarch folder of the stack's platform, not the other's."""
+    text = _layer(stack, "efa")
     assert "NCCL_NET_PLUGIN=ofi" in text
     assert "Megatron-Bridge" not in text  # the why lives in the template, not the output
-    for directory in PLUGIN_DIRS:
-        assert directory in text.split("LD_LIBRARY_PATH=", 1)[1].split("\n", 1)[0]
-    assert f"case \"$plugin_dir\" in {'|'.join(PLUGIN_DIRS)})" in text
+    library_path = text.split("LD_LIBRARY_PATH=", 1)[1].split("\n", 1)[0]
+    for directory in PLUGIN_DIRS[platform]:
+        assert directory in library_path
+    assert f"case \"$plugin_dir\" in {'|'.join(PLUGIN_DIRS[platform])})" in text
+    other = next(dirs[0] for name, dirs in PLUGIN_DIRS.items() if name != platform)
+    assert other not in text
     assert 'echo "$plugin_dir" > /etc/ld.so.conf.d/aws-ofi-nccl.conf && ldconfig' in text
     assert 'test -e "$plugin_dir/libnccl-net-${NCCL_NET_PLUGIN}.so"' in text
 

@@ -64,6 +64,8 @@ def test_the_project_stacks_keep_to_their_platform():
     matrix = project_matrix()
     assert {n: [str(v) for v in found] for n, found in check_matrix(matrix).items() if found} == {}
     assert matrix.stack("cpu-tcp-arm64").platform == "linux/arm64"
+    assert matrix.stack("cuda13.2-efa-arm64").platform == "linux/arm64"
+    assert matrix.stack("cuda13.2-efa-arm64").fabric == "efa"
     assert matrix.stack("cpu-tcp").platform == "linux/amd64"
 
 
@@ -71,6 +73,7 @@ def test_the_project_stacks_keep_to_their_platform():
 @pytest.mark.parametrize(("stack", "instance", "arch", "platform"), [
     ("cpu-tcp-arm64", "c5n.18xlarge", "amd64", "linux/arm64"),
     ("cpu-mpi", "c7gn.16xlarge", "arm64", "linux/amd64"),
+    ("cuda13.2-efa-arm64", "p5.48xlarge", "amd64", "linux/arm64"),
 ])
 def test_every_writer_refuses_a_stack_on_a_type_of_another_architecture(
         tmp_path, task, stack, instance, arch, platform):
@@ -85,9 +88,11 @@ def test_every_writer_refuses_a_stack_on_a_type_of_another_architecture(
 
 
 @pytest.mark.parametrize("task", list(TASKS))
-def test_every_writer_accepts_the_arm64_stack_on_its_graviton_types(tmp_path, task):
+@pytest.mark.parametrize(("stack", "instance"), [("cpu-tcp-arm64", "hpc7g.16xlarge"),
+                                                 ("cuda13.2-efa-arm64", "p6e-gb200.36xlarge")])
+def test_every_writer_accepts_an_arm64_stack_on_its_arm64_types(tmp_path, task, stack, instance):
     target = tmp_path / "out"
-    proc = invoke(*TASKS[task], "--stack", "cpu-tcp-arm64", "--instance-type", "hpc7g.16xlarge",
+    proc = invoke(*TASKS[task], "--stack", stack, "--instance-type", instance,
                   "--nodes", "2", "--image-uri", IMAGE, "--output", str(target),
                   "--", "python3", "train.py")
     assert proc.returncode == 0, proc.stderr
@@ -117,12 +122,35 @@ def test_an_arm64_layer_of_the_same_dockerfile_gets_another_tag():
 
 
 def test_plan_json_shows_each_layers_platform():
-    proc = invoke("plan", "--stack", "cpu-tcp-arm64", "--json")
+    proc = invoke("plan", "--stack", "cpu-tcp-arm64", "--stack", "cuda13.2-efa-arm64", "--json")
     assert proc.returncode == 0, proc.stderr
     layers = json.loads(proc.stdout)["layers"]
     assert layers and {row["platform"] for row in layers} == {"linux/arm64"}
+    assert "efa" in {row["component"] for row in layers}
     proc = invoke("plan", "--stack", "cpu-mpi", "--json")
     assert {row["platform"] for row in json.loads(proc.stdout)["layers"]} == {"linux/amd64"}
+
+
+def test_the_efa_layer_looks_for_the_plugin_in_its_platforms_multiarch_folder():
+    """The installer's Debian packages put the bundled aws-ofi-nccl plugin in the multiarch
+    folder of the architecture (aarch64-linux-gnu on arm64; installers from 1.48 use lib on
+    both): the arm64 efa layer puts that folder on LD_LIBRARY_PATH and accepts it at build time,
+    where an x86_64 folder would make the build refuse the plugin. The amd64 layer keeps its
+    x86_64 folder and its tag (no platform in it), so no amd64 layer rebuilds."""
+    result = plan(project_matrix(), ["cuda13.2-efa", "cuda13.2-efa-arm64"], engine=None)
+    folders = {"cuda13.2-efa": "x86_64-linux-gnu", "cuda13.2-efa-arm64": "aarch64-linux-gnu"}
+    for stack, folder in folders.items():
+        efa = next(layer for layer in result.chain(stack) if layer.component == "efa")
+        plugin = f"/opt/amazon/ofi-nccl/lib/{folder}"
+        library_path = efa.dockerfile.split("LD_LIBRARY_PATH=", 1)[1].split(":$LD_LIBRARY_PATH")[0]
+        assert library_path.split(":")[0] == plugin, (stack, library_path)
+        assert f'case "$plugin_dir" in {plugin}|' in efa.dockerfile, stack
+        other = next(f for s, f in folders.items() if s != stack)
+        assert other not in efa.dockerfile, stack
+    generated = ROOT / "images" / "generated" / "cuda13.2-efa"
+    efa = next(layer for layer in result.chain("cuda13.2-efa") if layer.component == "efa")
+    assert next(generated.glob("*-efa.Dockerfile")).read_text(encoding="utf-8") == efa.dockerfile
+    assert "arm64" not in efa.tag
 
 
 def test_explain_on_p6e_gb200_says_what_multi_node_nvlink_needs():

@@ -1,8 +1,14 @@
 """Layer test: the EFA installer's libfabric and Open MPI (and its bundled aws-ofi-nccl plugin)."""
 
-# Where installers put the bundled plugin, by package layout (images/efa/Dockerfile.j2).
-PLUGIN_DIRS = ("/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu", "/opt/amazon/ofi-nccl/lib64",
-               "/opt/amazon/ofi-nccl/lib")
+
+def plugin_dirs(host):
+    """Where installers put the bundled plugin, by package layout (images/efa/Dockerfile.j2):
+    the Debian multiarch folder of the image's architecture, RPM's lib64, and lib. Debian's
+    tuples for amd64 and arm64 are the kernel's machine name and -linux-gnu (x86_64-linux-gnu,
+    aarch64-linux-gnu: https://wiki.debian.org/Multiarch/Tuples), so the container says which."""
+    machine = host.check_output("uname -m")
+    return (f"/opt/amazon/ofi-nccl/lib/{machine}-linux-gnu", "/opt/amazon/ofi-nccl/lib64",
+            "/opt/amazon/ofi-nccl/lib")
 
 
 def test_installer_version_recorded(host, layer):
@@ -48,13 +54,14 @@ def test_bundled_plugin_when_provided(host, layer):
 
 def test_bundled_plugin_path_is_where_nccl_looks(host, layer):
     """The plugin's directory differs by package layout; the build found it: it must be one of
-    the three layouts, on the image's LD_LIBRARY_PATH and in the linker configuration, and
-    NCCL_NET_PLUGIN must name it (a base's NCCL_NET_PLUGIN=spcx would hide it from NCCL)."""
+    the three layouts of its architecture, on the image's LD_LIBRARY_PATH and in the linker
+    configuration, and NCCL_NET_PLUGIN must name it (a base's NCCL_NET_PLUGIN=spcx would hide it
+    from NCCL)."""
     plugin = _bundled_plugin(host, layer)
     if plugin is None:
         return
     directory = plugin.rsplit("/", 1)[0]
-    assert directory in PLUGIN_DIRS, plugin
+    assert directory in plugin_dirs(host), plugin
     assert directory in host.run("printenv LD_LIBRARY_PATH").stdout.strip().split(":")
     assert host.file("/etc/ld.so.conf.d/aws-ofi-nccl.conf").content_string.split() == [directory]
     name = host.run("printenv NCCL_NET_PLUGIN").stdout.strip()

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from matrix.image.render import IMAGES, TEMPLATE, environment, render_layer
+from matrix.image.render import IMAGES, TEMPLATE, environment, layer_context, render_layer
 from matrix.model.cuda_arch import family_archs
 from matrix.model.entities import Matrix, Stack
 
@@ -103,7 +103,8 @@ def image_facts(matrix: Matrix, stack: Stack, images: Path = IMAGES) -> ImageFac
         facts.add_folder(folder, base)
     archs = tuple(family_archs(matrix, stack))
     for layer in stack.layers:
-        text = render_layer(layer, "scratch", stack.base, stack.fabric, images, archs)
+        text = render_layer(layer, "scratch", stack.base, stack.fabric, images, archs,
+                            stack.platform)
         layer_env = env_instructions(text, env)
         installs = _installs(layer, stack, images, archs)
         where = f"images/{layer.component}/{TEMPLATE} ({layer.component} {layer.version})"
@@ -221,9 +222,8 @@ def on_path(paths: list[str], path_variable: str) -> str:
 def _installs(layer: Any, stack: Stack, images: Path, archs: tuple[str, ...]) -> dict[str, Any]:
     """The template's ``installs`` rendered with the layer's options ({} where it has none)."""
     template = environment(images).get_template(f"{layer.component}/{TEMPLATE}")
-    module = template.make_module(dict(component=layer.component, version=layer.version,
-                                       spec=layer.spec, parent="scratch", base=stack.base,
-                                       stack_fabric=stack.fabric, cuda_archs=list(archs)))
+    module = template.make_module(layer_context(layer, "scratch", stack.base, stack.fabric, archs,
+                                                stack.platform))
     return dict(getattr(module, "installs", None) or {})
 
 

@@ -254,7 +254,7 @@ def _layer(matrix: Matrix, stack: Stack, cv: ComponentVersion, parent: str, imag
            root: Path, contexts: dict[str, list[ContextFile]],
            parent_identity: str | None) -> Layer:
     dockerfile = render_layer(cv, parent, stack.base, stack.fabric, images,
-                              tuple(family_archs(matrix, stack)))
+                              tuple(family_archs(matrix, stack)), stack.platform)
     if cv.component not in contexts:
         contexts[cv.component] = context_files(cv.component, images, root)
     return make_layer(matrix.repository, cv.component, cv.version, parent, dockerfile,

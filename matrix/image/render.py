@@ -1,10 +1,12 @@
 """Render one Dockerfile per layer from ``images/<component>/Dockerfile.j2``.
 
 Templates see: ``parent`` (the FROM reference), ``component``, ``version``, ``spec`` (that
-version's entry in stacks.yaml), ``base``, ``stack_fabric`` and ``cuda_archs`` (the compute
-capabilities CUDA code is compiled for, from matrix/model/cuda_arch.py; empty without CUDA). They
-deliberately do not see the stack's name: a layer renders the same in every stack that has the
-same parent, so stacks share it.
+version's entry in stacks.yaml), ``base``, ``stack_fabric``, ``cuda_archs`` (the compute
+capabilities CUDA code is compiled for, from matrix/model/cuda_arch.py; empty without CUDA) and
+``platform`` (the stack's OCI platform, ``linux/amd64`` or ``linux/arm64``: where a package
+layout differs by architecture, e.g. a Debian multiarch folder). They deliberately do not see the
+stack's name: a layer renders the same in every stack that has the same parent and platform, so
+stacks share it.
 Jinja runs with StrictUndefined, so a template that reads a missing key fails loudly.
 
 :func:`render_entrypoint_table` renders the entrypoint's copy of the instance table
@@ -26,7 +28,7 @@ from typing import Any
 import jinja2
 
 from matrix.errors import UserError
-from matrix.model.entities import Base, ComponentVersion
+from matrix.model.entities import DEFAULT_PLATFORM, Base, ComponentVersion
 from matrix.model.instances import TABLE, load_instance_types
 from matrix.model.settings import IMAGES, ROOT, user_cache
 
@@ -88,16 +90,26 @@ def environment(images: Path = IMAGES) -> jinja2.Environment:
     )
 
 
+def layer_context(layer: ComponentVersion, parent: str, base: Base, fabric: str,
+                  cuda_archs: tuple[str, ...] = (),
+                  platform: str = DEFAULT_PLATFORM) -> dict[str, Any]:
+    """What a layer's template sees (the module's docstring), for the Dockerfile and for its
+    ``installs`` (matrix/image/declared.py) alike."""
+    return dict(component=layer.component, version=layer.version, spec=layer.spec,
+                parent=parent, base=base, stack_fabric=fabric, cuda_archs=list(cuda_archs),
+                platform=platform)
+
+
 def render_layer(layer: ComponentVersion, parent: str, base: Base, fabric: str,
-                 images: Path = IMAGES, cuda_archs: tuple[str, ...] = ()) -> str:
-    """The Dockerfile text for ``layer`` built FROM ``parent``."""
+                 images: Path = IMAGES, cuda_archs: tuple[str, ...] = (),
+                 platform: str = DEFAULT_PLATFORM) -> str:
+    """The Dockerfile text for ``layer`` built FROM ``parent`` for ``platform``."""
     template_path = images / layer.component / TEMPLATE
     if not template_path.is_file():
         raise UserError(f"images/{layer.component}/{TEMPLATE}: missing template for component "
                         f"{layer.component!r}")
-    text = _render(f"{layer.component}/{TEMPLATE}", images, component=layer.component,
-                   version=layer.version, spec=layer.spec, parent=parent, base=base,
-                   stack_fabric=fabric, cuda_archs=list(cuda_archs))
+    text = _render(f"{layer.component}/{TEMPLATE}", images,
+                   **layer_context(layer, parent, base, fabric, cuda_archs, platform))
     if parent == base.image and base.bootstrap:
         # The base's name does not change with its bootstrap recipe; this line makes the first
         # layer's content tag (and so every tag above it) follow the recipe.
