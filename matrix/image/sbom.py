@@ -287,7 +287,9 @@ def document(matrix: Matrix, stack: Stack, image: str, image_id: str,
     bom.metadata.component = Component(
         type=ComponentType.CONTAINER, name=image.rsplit(":", 1)[0], version=image_id,
         bom_ref=image_id, properties=[Property(name="mnp-stacks:stack", value=stack.name),
-                                      Property(name="mnp-stacks:base", value=stack.base.image)])
+                                      Property(name="mnp-stacks:base", value=stack.base.image),
+                                      # one SBOM per platform image: a stack is one platform's
+                                      Property(name="mnp-stacks:platform", value=stack.platform)])
     for deb in debs:
         qualifiers = {"arch": deb.arch} if deb.arch else None
         provides = [Property(name="mnp-stacks:python-distribution",
