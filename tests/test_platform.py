@@ -16,12 +16,13 @@ import yaml
 
 from matrix.image.plan import content_tag, plan
 from matrix.model.instances import INSTANCE_TYPES, TABLE
-from matrix.model.rules import check_matrix, load_rules
+from matrix.model.rules import check_matrix, known_runners, load_rules
 from tests.helpers import one_line, project_matrix, stacks_with
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cpu-tcp-arm64@sha256:" + "e" * 64
 RULE = "instance-platform"
+CI_RULE = "ci-runner-platform"
 TASKS = {"jobdef": ["jobdef"], "sbatch": ["sbatch"], "k8s": ["k8s", "--kind", "mpijob"]}
 
 
@@ -51,13 +52,73 @@ def test_a_stack_on_a_type_of_another_architecture_is_invalid_with_the_rule(tmp_
     proc = invoke("stacks", "--stacks", str(stacks), "--json")
     assert one_line(proc, 1) == f"error: 2 stack(s) in {stacks} break compatibility rules"
     rows = {row["name"]: row for row in json.loads(proc.stdout)["stacks"]}
-    why = {rule.id: rule for rule in load_rules()}[RULE].why
+    rule = {rule.id: rule for rule in load_rules()}[RULE]
     assert rows["cpu-tcp-arm64"]["violations"] == [
         f"instance c5n.18xlarge is amd64; the stack is built for linux/arm64 "
-        f"[rule class {RULE}: {why}]"]
+        f"[rule class {RULE}: {rule.why}; source: {rule.source}]"]
     assert rows["cpu-mpi"]["violations"] == [
         f"instance hpc7g.16xlarge is arm64; the stack is built for linux/amd64 "
-        f"[rule class {RULE}: {why}]"]
+        f"[rule class {RULE}: {rule.why}; source: {rule.source}]"]
+
+
+def _with_runners(tmp_path: Path, runners: dict[str, str]) -> Path:
+    """The project's stacks file with each named stack's ``ci: {runner: ...}`` line replaced."""
+    text = (ROOT / "stacks.yaml").read_text(encoding="utf-8")
+    for stack, runner in runners.items():
+        start = text.index(f"\n  {stack}:\n")
+        line = text.index("    ci: {runner: ", start)
+        end = text.index("}\n", line)
+        text = text[:line] + f"    ci: {{runner: {runner}" + text[end:]
+    path = tmp_path / "stacks.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_stack_whose_ci_runner_is_of_another_architecture_is_invalid_with_the_rule(tmp_path):
+    stacks = _with_runners(tmp_path, {"cpu-tcp-arm64": "ubuntu-24.04",
+                                      "cpu-mpi": "ubuntu-22.04-arm"})
+    proc = invoke("stacks", "--stacks", str(stacks), "--json")
+    assert one_line(proc, 1) == f"error: 2 stack(s) in {stacks} break compatibility rules"
+    rows = {row["name"]: row for row in json.loads(proc.stdout)["stacks"]}
+    rule = {rule.id: rule for rule in load_rules()}[CI_RULE]
+    tail = f" [rule class {CI_RULE}: {rule.why}; source: {rule.source}]"
+    assert rows["cpu-tcp-arm64"]["violations"] == [
+        "ci.runner ubuntu-24.04 runs jobs on amd64; the stack is built for linux/arm64 "
+        "(runners of linux/arm64: ubuntu-22.04-arm, ubuntu-24.04-arm)" + tail]
+    assert rows["cpu-mpi"]["violations"] == [
+        "ci.runner ubuntu-22.04-arm runs jobs on arm64; the stack is built for linux/amd64 "
+        "(runners of linux/amd64: ubuntu-22.04, ubuntu-24.04)" + tail]
+    # the build refuses it too, with the rule's source
+    line = one_line(invoke("plan", "--stacks", str(stacks), "--stack", "cpu-tcp-arm64"), 1)
+    assert f"[rule {CI_RULE}; source: {rule.source}" in line, line
+
+
+def test_every_known_runner_label_is_in_the_rules_source():
+    """The runner table is data from GitHub's runner reference, not a guess from the name."""
+    rule = {rule.id: rule for rule in load_rules()}[CI_RULE]
+    runners = known_runners()
+    assert runners == {"ubuntu-24.04": "amd64", "ubuntu-22.04": "amd64",
+                       "ubuntu-24.04-arm": "arm64", "ubuntu-22.04-arm": "arm64"}
+    assert "docs.github.com/en/actions/reference/runners/github-hosted-runners" in rule.source
+    for label in runners:
+        assert label in rule.source, label
+    # every stack of the project that names a runner names one of them, of its platform
+    matrix = project_matrix()
+    named = {s.name: s.ci_runner for s in matrix.stacks.values() if s.ci_runner}
+    assert {n: runners[r] for n, r in named.items() if runners[r] != matrix.stack(n).arch} == {}
+    assert named["cpu-tcp-arm64"] == named["cuda13.2-tcp-arm64"] == "ubuntu-24.04-arm"
+
+
+def test_an_unknown_ci_runner_label_is_refused_in_one_line_naming_the_key(tmp_path):
+    stacks = _with_runners(tmp_path, {"cpu-tcp-arm64": "ubuntu-24.04-arm64"})
+    line = one_line(invoke("stacks", "--stacks", str(stacks)), 1)
+    row = next(n for n, text in enumerate(stacks.read_text().splitlines(), 1)
+               if "ubuntu-24.04-arm64" in text)
+    assert line == (
+        f"error: {stacks}:{row}: stacks/cpu-tcp-arm64/ci/runner: runner label "
+        f"'ubuntu-24.04-arm64' is not one rule class {CI_RULE} knows the architecture of; did "
+        "you mean ubuntu-24.04-arm? (known: ubuntu-22.04, ubuntu-22.04-arm, ubuntu-24.04, "
+        "ubuntu-24.04-arm; a new one goes in matrix/model/rules.yaml with its source)"), line
 
 
 def test_the_project_stacks_keep_to_their_platform():

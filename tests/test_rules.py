@@ -304,6 +304,11 @@ CLASS_CASES = {
         fact_stack([], instances=("c5n.18xlarge",)),
         fact_stack([], instances=("c7gn.16xlarge",)),
     ),
+    # an amd64 stack built by the x64 runner, and by GitHub's arm64 one
+    "ci-runner-platform": (
+        replace(fact_stack([]), ci_runner="ubuntu-24.04"),
+        replace(fact_stack([]), ci_runner="ubuntu-24.04-arm"),
+    ),
 }
 
 

@@ -66,13 +66,13 @@ def stacks_data(matrix: Matrix) -> list[dict[str, Any]]:
 
 def _violation_text(violation: Violation) -> str:
     """One broken rule as ``invoke stacks`` lists it: a pairwise rule as what needs what with the
-    rule and its source, a rule class as its own sentence plus which class fired and why the
-    class exists."""
+    rule and its source, a rule class as its own sentence plus which class fired, why the class
+    exists and its source."""
     from matrix.model.violation import ANY_VERSION
 
     v = violation
     if v.rule.kind == "class":
-        return f"{v.sentence} [{v.named}: {v.rule.why}]"
+        return f"{v.sentence} [{v.named}: {v.rule.why}; source: {v.rule.source}]"
     wanted = " or ".join(v.wanted)
     needs = v.component if wanted == ANY_VERSION else f"{v.component} {wanted}"
     return (f"{v.trigger} needs {needs} (found {v.found or 'none'}) "
@@ -357,8 +357,11 @@ def ci_matrix(stacks_file: str) -> dict[str, Any]:
         if why:
             left_out.append(f"{row['name']} ({why})")
         else:
+            # publish.yml runs each stack on its runner (rule class ci-runner-platform holds the
+            # runner's architecture equal to the platform), so the build there is native
             include.append({"stack": row["name"], "runner": stack.ci_runner,
-                            "fabric": stack.fabric, "base": stack.base.image})
+                            "platform": stack.platform, "fabric": stack.fabric,
+                            "base": stack.base.image})
     strategy = {"include": include}
     print(json.dumps(strategy, separators=(",", ":")))
     if left_out:

@@ -290,8 +290,10 @@ def document(matrix: Matrix, stack: Stack, image: str, image_id: str,
         type=ComponentType.CONTAINER, name=image.rsplit(":", 1)[0], version=image_id,
         bom_ref=image_id, properties=[Property(name="mnp-stacks:stack", value=stack.name),
                                       Property(name="mnp-stacks:base", value=stack.base.image),
-                                      *([Property(name="mnp-stacks:platform", value=platform)]
-                                        if platform else [])])
+                                      # one SBOM per platform image: what the image's
+                                      # config records, else the stack's declared platform
+                                      Property(name="mnp-stacks:platform",
+                                               value=platform or stack.platform)])
     for deb in debs:
         qualifiers = {"arch": deb.arch} if deb.arch else None
         provides = [Property(name="mnp-stacks:python-distribution",

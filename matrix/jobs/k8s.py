@@ -103,9 +103,10 @@ NODE_SHARE_TENTHS = 9
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 # The kubelet sets it to Go's runtime.GOARCH ("handy if you are mixing arm and x86 nodes",
 # https://kubernetes.io/docs/reference/labels-annotations-taints/#kubernetes-io-arch): every pod
-# also selects the architecture its image was built for (the instance table's `arch`, which the
-# rule class instance-platform holds equal to the stack's platform), so a pod never lands on a
-# node that cannot execute its image, whatever the instance-type label says.
+# selects the architecture its image was built for (the stack's platform, which the rule class
+# instance-platform holds equal to the instance table's `arch` of every node pod's type), so no
+# pod lands on a node that cannot execute its image: not a node pod whatever the instance-type
+# label says, and not an MPIJob launcher, which runs the same image on any node with room.
 ARCH_LABEL = "kubernetes.io/arch"
 # Habana's device plugin names Gaudi cards habana.ai/gaudi (https://docs.habana.ai/en/latest/
 # Orchestration/Gaudi_Kubernetes/Device_Plugin_for_Kubernetes.html).
@@ -199,9 +200,16 @@ class Job:
     command: list[str]
     env: list[dict[str, str]]
     fabric: str
+    # The image's OCI platform (the stack's, linux/arm64): what every pod selects as its arch.
+    platform: str
     mounts: tuple[Mount, ...] = ()
     claims: tuple[Claim, ...] = ()
     namespace: str | None = None
+
+    @property
+    def arch(self) -> str:
+        """The image's architecture as Kubernetes' kubernetes.io/arch says it (GOARCH)."""
+        return self.platform.split("/", 1)[1]
 
 
 def job_name(stack: str) -> str:
@@ -278,18 +286,19 @@ def _container(job: Job, name: str, node: bool = True) -> dict[str, Any]:
     return container
 
 
-def node_selector(job: Job) -> dict[str, str]:
-    """Nodes of the job's instance type and of its image's architecture only (see
-    INSTANCE_TYPE_LABEL and ARCH_LABEL)."""
-    return {INSTANCE_TYPE_LABEL: job.instance.name, ARCH_LABEL: job.instance.arch}
+def node_selector(job: Job, node: bool = True) -> dict[str, str]:
+    """Nodes of its image's architecture for every pod, and of the job's instance type for a
+    ``node`` pod (one of the job's nodes; see INSTANCE_TYPE_LABEL and ARCH_LABEL)."""
+    return {INSTANCE_TYPE_LABEL: job.instance.name, ARCH_LABEL: job.arch} if node \
+        else {ARCH_LABEL: job.arch}
 
 
 def _pod(container: dict[str, Any], job: Job, node: bool = True) -> dict[str, Any]:
-    """A pod template; a ``node`` pod (one of the job's nodes) is pinned to the instance type."""
+    """A pod template on nodes of its image's architecture; a ``node`` pod (one of the job's
+    nodes) is pinned to the instance type too."""
     volumes, _ = _volumes(job)
-    spec: dict[str, Any] = {"containers": [container], "volumes": volumes}
-    if node:
-        spec["nodeSelector"] = node_selector(job)
+    spec: dict[str, Any] = {"containers": [container], "volumes": volumes,
+                            "nodeSelector": node_selector(job, node)}
     return {"spec": spec}
 
 
@@ -365,7 +374,7 @@ def mpijob(job: Job) -> dict[str, Any]:
     the entrypoint, see the module docstring). The launcher runs no ranks
     (``runLauncherAsWorker`` is not set: false by default, schemas/kubeflow/
     kubeflow.org_mpijobs.yaml), so it asks for no share of a node and no node of the instance
-    type: it runs wherever the cluster has room."""
+    type: it runs wherever the cluster has room on a node of its image's architecture."""
     launcher = _container(job, "launcher", node=False)
     worker = _container(job, "worker")
     worker["ports"] = [{"name": "ssh", "containerPort": MPI_SSH_PORT}]
@@ -402,12 +411,14 @@ def build_manifest(
     wait_timeout_s: int = DEFAULT_WAIT_TIMEOUT_S,
     attempts: int = DEFAULT_ATTEMPTS,
     notices: Sequence[str] = (),
+    platform: str | None = None,
 ) -> dict[str, Any]:
     """The ``kind`` manifest (pytorchjob, trainjob, mpijob) for ``nodes`` x ``instance_type``,
     validated against the vendored CRD, after the checks a :class:`JobSpec` makes (this
     function's callers may pass loose arguments). ``attempts``: a PyTorchJob's runs (see
-    RESTART_NEVER); an MPIJob or TrainJob has no exit-code retry. Raises :class:`UserError` on
-    bad input."""
+    RESTART_NEVER); an MPIJob or TrainJob has no exit-code retry. ``platform``: the image's
+    (``linux/arm64``); this function knows no stack, so by default the instance type's own
+    (``invoke k8s`` passes the stack's). Raises :class:`UserError` on bad input."""
     check_attempts(attempts)
     check_kind(kind, elastic)
     instance = get_instance_type(instance_type)
@@ -415,9 +426,9 @@ def build_manifest(
     check_has_command(command)
     check_pinned(image_uri)
     variables = mnp_environment(instance, LAUNCHER[kind], fabric, wait_timeout_s, env)
-    return _manifest(kind, stack, nodes, instance, image_uri, command, variables,
-                     effective_fabric(instance, fabric), mounts, claims, elastic, attempts,
-                     notices)
+    return _manifest(kind, stack, platform or f"linux/{instance.arch}", nodes, instance,
+                     image_uri, command, variables, effective_fabric(instance, fabric), mounts,
+                     claims, elastic, attempts, notices)
 
 
 def check_kind(kind: str, elastic: tuple[int, int] | None) -> None:
@@ -428,8 +439,8 @@ def check_kind(kind: str, elastic: tuple[int, int] | None) -> None:
         raise UsageError(f"--elastic: only a pytorchjob has elastic bounds, not a {kind}")
 
 
-def _manifest(kind: str, stack: str, nodes: int, instance: InstanceType, image_uri: str,
-              command: Sequence[str], variables: Mapping[str, str], fabric: str,
+def _manifest(kind: str, stack: str, platform: str, nodes: int, instance: InstanceType,
+              image_uri: str, command: Sequence[str], variables: Mapping[str, str], fabric: str,
               mounts: Sequence[Mount], claims: Sequence[Claim],
               elastic: tuple[int, int] | None, attempts: int,
               notices: Sequence[str], name: str | None = None,
@@ -437,7 +448,7 @@ def _manifest(kind: str, stack: str, nodes: int, instance: InstanceType, image_u
     """The manifest from checked parts (a :class:`JobSpec`'s), validated against its CRD."""
     job = Job(name or job_name(stack), stack, nodes, instance, image_uri, list(command),
               [{"name": k, "value": k8s_literal(v)} for k, v in sorted(variables.items())],
-              fabric, tuple(mounts), tuple(claims), namespace)
+              fabric, platform, tuple(mounts), tuple(claims), namespace)
     if kind == "pytorchjob":
         manifest = pytorchjob(job, elastic, attempts)
     elif kind == "trainjob":
@@ -738,8 +749,8 @@ class KubeflowWriter(Writer):
     def render(self, spec: JobSpec, options: Any = None) -> dict[str, Any]:
         options = options or KubeflowOptions()
         check_kind(options.kind, spec.elastic)
-        manifest = _manifest(options.kind, spec.stack.name, spec.nodes, spec.instance,
-                             spec.image_uri, spec.command, spec.environment(),
+        manifest = _manifest(options.kind, spec.stack.name, spec.stack.platform, spec.nodes,
+                             spec.instance, spec.image_uri, spec.command, spec.environment(),
                              spec.effective_fabric, spec.mounts, spec.claims, spec.elastic,
                              spec.attempts, spec.notices, options.name, options.namespace)
         if options.rdzv:

@@ -119,6 +119,24 @@ def _check_instances(name: str, spec: dict[str, Any], located: yamlsrc.Located) 
                             f"(known: {', '.join(sorted(INSTANCE_TYPES))})")
 
 
+def _check_ci_runner(name: str, spec: dict[str, Any], located: yamlsrc.Located) -> None:
+    """A stack's ci.runner must be a runner label the rules know the architecture of (rule
+    class ci-runner-platform's ``runners``), so that the class can compare it with the stack's
+    platform; a label nobody checked is refused here, not let through."""
+    from matrix.model.rules import CI_RUNNER_CLASS, RULES_FILE, known_runners
+
+    runner = (spec.get("ci") or {}).get("runner")
+    if runner is None:
+        return
+    runners = known_runners()
+    if runner not in runners:
+        at = located.where(("stacks", name, "ci", "runner"))
+        raise UserError(f"{at}: stacks/{name}/ci/runner: runner label {excerpt(runner)} is not "
+                        f"one rule class {CI_RUNNER_CLASS} knows the architecture of"
+                        f"{did_you_mean(runner, runners)} (known: {', '.join(sorted(runners))}; "
+                        f"a new one goes in {RULES_FILE.relative_to(ROOT)} with its source)")
+
+
 def _stack(name: str, spec: dict[str, Any], bases: dict[str, Base],
            components: dict[str, Any], located: yamlsrc.Located) -> Stack:
     here = ("stacks", name)
@@ -140,6 +158,7 @@ def _stack(name: str, spec: dict[str, Any], bases: dict[str, Base],
             raise UserError(f"{at}: stacks/{name}/layers/{index}: {component} appears twice")
         layers.append(ComponentVersion(component, version, versions[version]))
     _check_instances(name, spec, located)
+    _check_ci_runner(name, spec, located)
     return Stack(
         name=name, description=spec["description"], base=bases[spec["base"]],
         layers=tuple(layers), instances=tuple(spec["instances"]), fabric=spec["fabric"],

@@ -351,6 +351,35 @@ def check_instance_platform(stack: Stack, rule: Rule) -> list[Violation]:
     return violations
 
 
+CI_RUNNER_CLASS = "ci-runner-platform"
+
+
+def known_runners(rules: tuple[Rule, ...] | None = None) -> dict[str, str]:
+    """Every GitHub Actions runner label a stack's ``ci.runner`` may name, with the architecture
+    (GOARCH) GitHub runs its jobs on: the ci-runner-platform class's data in rules.yaml."""
+    rule = next(r for r in (rules if rules is not None else load_rules())
+                if r.id == CI_RUNNER_CLASS)
+    return dict(rule.data["runners"])
+
+
+def check_ci_runner_platform(stack: Stack, rule: Rule) -> list[Violation]:
+    """The runner that builds and tests a stack natively (publish.yml runs each stack on its
+    ``ci.runner``) must be of the stack's platform's architecture."""
+    runners: dict[str, str] = rule.data["runners"]
+    if stack.ci_runner is None:
+        return []
+    arch = runners.get(stack.ci_runner)
+    if arch == stack.arch:
+        return []
+    fitting = sorted(label for label, other in runners.items() if other == stack.arch)
+    what = f"runs jobs on {arch}" if arch else "is not a runner label the class knows"
+    detail = (f"ci.runner {stack.ci_runner} {what}; the stack is built for {stack.platform} "
+              f"(runners of {stack.platform}: {', '.join(fitting) or 'none known'})")
+    return [Violation(stack, rule, f"ci.runner {stack.ci_runner}", "platform", stack.platform,
+                      (f"linux/{arch}",) if arch else (), detail,
+                      f"matrix/model/rules.yaml {CI_RUNNER_CLASS} runners")]
+
+
 CLASS_CHECKS: dict[str, Callable[[Stack, Rule], list[Violation]]] = {
     "build-requires": check_build_requires,
     "os-release": check_os,
@@ -360,6 +389,7 @@ CLASS_CHECKS: dict[str, Callable[[Stack, Rule], list[Violation]]] = {
     "pip-wheel-tags": check_wheel_tags,
     "gpu-arch": check_gpu_arch,
     "instance-platform": check_instance_platform,
+    CI_RUNNER_CLASS: check_ci_runner_platform,
     **layer_classes.CHECKS,
 }
 
@@ -395,5 +425,5 @@ def require_valid(matrix: Matrix, names: list[str]) -> None:
             raise UserError(" | ".join(str(v) for v in violations))
 
 
-__all__ = ["Rule", "Violation", "check_matrix", "check_stack", "instance_has", "load_rules",
-           "require_valid", "wheel_fits"]
+__all__ = ["Rule", "Violation", "check_matrix", "check_stack", "instance_has", "known_runners",
+           "load_rules", "require_valid", "wheel_fits"]

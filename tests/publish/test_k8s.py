@@ -62,7 +62,8 @@ def test_every_declared_pair_makes_valid_manifests_of_every_kind(stack, instance
     variants = [(kind, None) for kind in KINDS] + [("pytorchjob", (1, 3))]
     for kind, elastic in variants:
         manifest = build_manifest(kind, stack, 2, instance_type, IMAGE, COMMAND, fabric=s.fabric,
-                                  mounts=MOUNTS, claims=CLAIMS, elastic=elastic)
+                                  mounts=MOUNTS, claims=CLAIMS, elastic=elastic,
+                                  platform=s.platform)
         assert crds.errors(manifest) == [], (kind, elastic)
         # what kubectl would read back from the YAML the task prints is the same document
         from matrix.jobs.k8s import to_yaml
@@ -78,7 +79,7 @@ def test_every_declared_pair_makes_valid_manifests_of_every_kind(stack, instance
             patched = manifest["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]
             pod = patched["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
             assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": instance_type,
-                                           "kubernetes.io/arch": row.arch}
+                                           "kubernetes.io/arch": s.arch}
             continue
         for pod in pods(manifest):
             (container,) = pod["containers"]
@@ -93,7 +94,9 @@ def test_every_declared_pair_makes_valid_manifests_of_every_kind(stack, instance
             if container["name"] != "launcher":
                 assert container.get("resources", {}) == expected
                 assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": instance_type,
-                                           "kubernetes.io/arch": row.arch}
+                                           "kubernetes.io/arch": s.arch}
+            else:  # any node with room, of the image's architecture
+                assert pod["nodeSelector"] == {"kubernetes.io/arch": s.arch}
 
 
 def test_resources_follow_the_instance_table():
@@ -143,7 +146,9 @@ def test_mpijob_workers_start_through_the_entrypoint():
         assert env["MNP_LAUNCHER"] == "mpirun"
         assert not {"K_MPI_JOB_ROLE", "OMPI_MCA_orte_default_hostfile"} & set(env)
     assert "resources" not in launcher  # the launcher holds no GPU and no share of a node
-    assert "nodeSelector" not in spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+    # no node of the instance type, but one that can execute the image
+    assert spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["nodeSelector"] == {
+        "kubernetes.io/arch": "amd64"}
     assert worker["readinessProbe"] == {"tcpSocket": {"port": 22}, "periodSeconds": 2}
     assert {"name": "mount-1", "mountPath": "/data", "readOnly": True} in worker["volumeMounts"]
 
@@ -328,3 +333,47 @@ def test_cpu_stack_pods_ask_for_their_node_and_only_its_type(tmp_path, kind):
     for pod in nodes.values():
         assert pod["nodeSelector"] == wanted
         assert pod["containers"][0]["resources"] == asked
+
+
+def _pod_specs(node: object) -> list[dict]:
+    """Every pod spec anywhere in a manifest (a mapping with ``containers``), found by walking
+    it, so a pod template of any kind or place (a TrainJob's runtime patch) is not missed."""
+    if isinstance(node, dict):
+        found = [node] if "containers" in node else []
+        return found + [pod for value in node.values() for pod in _pod_specs(value)]
+    if isinstance(node, list):
+        return [pod for value in node for pod in _pod_specs(value)]
+    return []
+
+
+ARM64_JOBS = [
+    ("cuda13.2-tcp-arm64", "p6e-gb200.36xlarge", ["--kind", "pytorchjob"], 2),
+    ("cuda13.2-tcp-arm64", "p6e-gb200.36xlarge", ["--kind", "pytorchjob", "--elastic", "1:3"], 1),
+    ("cuda13.2-tcp-arm64", "p6e-gb200.36xlarge", ["--kind", "trainjob"], 1),
+    # MPI: the arm64 CPU stack (the GB200 one has no MPI); the launcher pod runs the image too
+    ("cpu-tcp-arm64", "c7gn.16xlarge", ["--kind", "mpijob"], 2),
+]
+
+
+@pytest.mark.parametrize(("stack", "instance_type", "kind", "templates"), ARM64_JOBS,
+                         ids=["pytorchjob", "pytorchjob-elastic", "trainjob", "mpijob"])
+def test_every_pod_of_an_arm64_stack_selects_arm64_nodes(tmp_path, stack, instance_type, kind,
+                                                          templates):
+    """What `invoke k8s` writes for an arm64 stack: every pod template, the MPIJob launcher's
+    too, selects kubernetes.io/arch arm64 (the image's platform), a node pod also its type."""
+    target = tmp_path / "job.yaml"
+    proc = k8s_cli(*kind, "--stack", stack, "--nodes", "2", "--instance-type", instance_type,
+                   "--image-uri", IMAGE, "--output", str(target), command=["python3", "t.py"])
+    assert proc.returncode == 0, proc.stderr
+    manifest = yaml.safe_load(target.read_text(encoding="utf-8"))
+    assert crds.errors(manifest) == []
+    found = _pod_specs(manifest)
+    assert len(found) == templates, found
+    for pod in found:
+        selector = pod.get("nodeSelector", {})
+        assert selector.get("kubernetes.io/arch") == "arm64", pod
+        if pod["containers"][0]["name"] == "launcher":
+            assert selector == {"kubernetes.io/arch": "arm64"}
+        else:
+            assert selector == {"node.kubernetes.io/instance-type": instance_type,
+                                "kubernetes.io/arch": "arm64"}

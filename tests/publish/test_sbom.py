@@ -45,6 +45,18 @@ def test_source_built_components_carry_url_and_sha256():
     assert openmpi["externalReferences"][0]["type"] == "distribution"
 
 
+@pytest.mark.parametrize(("stack", "platform"), [("cpu-tcp-arm64", "linux/arm64"),
+                                                  ("cpu-mpi", "linux/amd64")])
+def test_the_sbom_says_the_platform_of_its_image(stack, platform):
+    """One SBOM per platform image: each stack is one platform's, and its SBOM says which."""
+    matrix = load_matrix(ROOT / "stacks.yaml")
+    doc = _valid(sbom.document(matrix, matrix.stack(stack), f"mnp-stacks:{stack}",
+                               "sha256:" + "0" * 64, [], []))
+    properties = {p["name"]: p["value"] for p in doc["metadata"]["component"]["properties"]}
+    assert properties["mnp-stacks:stack"] == stack
+    assert properties["mnp-stacks:platform"] == platform
+
+
 def test_push_leaves_the_sbom_beside_the_image(docker_client, debian_chain, registry,
                                               state_dir):
     chain = debian_chain

@@ -3,13 +3,17 @@ schema-valid, and wired to the project's commands."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from matrix.cli import suite
+from matrix.model.rules import known_runners
 from tests import workflow_jobs
 from tests.workflow_jobs import load_workflow
 
@@ -81,7 +85,7 @@ def test_every_check_step_fails_its_job_when_its_check_fails():
             "cpu-tcp: step 'invoke test --stack cpu-tcp'",
             "rendered: step 'No rendered file differs from the commit'"} <= labels, labels
     assert len([gate for gate in found if gate.job == "slow"]) == 6
-    assert len([gate for gate in found if gate.job == "layers"]) == 5
+    assert len([gate for gate in found if gate.job == "layers"]) == 6  # cpu-tcp-arm64 too
     not_gating = [f"{gate.label}: {gate.why_not}" for gate in found if gate.why_not]
     assert not not_gating, not_gating
 
@@ -231,3 +235,39 @@ def test_publish_matrix_from_invoke_and_oidc_to_ecr():
     assert '--registry "$REGISTRY"' in runs
     # No AWS secrets: credentials come only from the OIDC role.
     assert "secrets." not in (WORKFLOWS / "publish.yml").read_text(encoding="utf-8")
+
+
+def test_publish_runs_each_stack_natively_on_the_runner_of_its_platform():
+    """publish.yml and rebuild.yml build, test and push each stack on the runner `invoke matrix`
+    names, whose architecture (rule class ci-runner-platform) is the stack's platform: the arm64
+    stacks on GitHub's arm64 runner, with no emulation step anywhere in the job."""
+    for path, name in (("publish.yml", "publish"), ("rebuild.yml", "rebuild")):
+        job = load_workflow(WORKFLOWS / path)["jobs"][name]
+        assert job["runs-on"] == "${{ matrix.runner }}", path
+        assert "qemu" not in _runs(job) and "binfmt" not in _runs(job), path
+    proc = subprocess.run([sys.executable, "-m", "invoke", "matrix"], cwd=ROOT, text=True,
+                          capture_output=True, timeout=120, check=False,
+                          env={**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert proc.returncode == 0, proc.stderr
+    include = json.loads(proc.stdout)["include"]
+    runners = known_runners()
+    assert {entry["stack"]: runners[entry["runner"]] for entry in include} == \
+        {entry["stack"]: entry["platform"].split("/")[1] for entry in include}
+    assert {entry["stack"]: entry["runner"] for entry in include
+            if entry["platform"] == "linux/arm64"} == {"cpu-tcp-arm64": "ubuntu-24.04-arm",
+                                                       "cuda13.2-tcp-arm64": "ubuntu-24.04-arm"}
+
+
+def test_pull_requests_build_the_arm64_cpu_stack_on_the_arm64_runner():
+    layers = load_workflow(WORKFLOWS / "ci.yml")["jobs"]["layers"]
+    assert layers["runs-on"] == "${{ matrix.runner || 'ubuntu-24.04' }}"
+    include = layers["strategy"]["matrix"]["include"]
+    assert {"stacks": "cpu-tcp-arm64", "runner": "ubuntu-24.04-arm"} in include
+    # every job of every workflow runs on a runner whose architecture the rules know
+    for path in sorted(WORKFLOWS.glob("*.yml")):
+        for name, job in load_workflow(path)["jobs"].items():
+            label = job["runs-on"]
+            if "${{" not in label:
+                assert label in known_runners(), (path.name, name, label)
+    for entry in include:
+        assert entry.get("runner", "ubuntu-24.04") in known_runners(), entry

@@ -3,7 +3,7 @@
 FROM mnp-stacks:entrypoint-0.1.0-arm64-6ef4b06a6fce0633
 LABEL \
       org.opencontainers.image.title="cuda13.2-tcp-arm64" \
-      org.opencontainers.image.description="p6e-gb200.36xlarge (4 GB200, NVIDIA Grace arm64 CPUs): the cuda13.2-tcp software from the aarch64 wheels of the same releases (CUDA 13.2.86; PyTorch 2.15.0, whose aarch64 PyPI wheel is the CUDA 13.2 build; NCCL 2.30.7, GB200 multi-node NVLink from 2.25.2, https://docs.nvidia.com/multi-node-nvlink-systems/multi-node-tuning-guide/nccl.html). Rendered, validated and planned here; no ci runner (CI\u0027s runners are amd64; an arm64 runner, ubuntu-24.04-arm, would build it). Over TCP: cuda13.2-efa-arm64 adds EFA and the plugin." \
+      org.opencontainers.image.description="p6e-gb200.36xlarge (4 GB200, NVIDIA Grace arm64 CPUs): the cuda13.2-tcp software from the aarch64 wheels of the same releases (CUDA 13.2.86; PyTorch 2.15.0, whose aarch64 PyPI wheel is the CUDA 13.2 build; NCCL 2.30.7, GB200 multi-node NVLink from 2.25.2, https://docs.nvidia.com/multi-node-nvlink-systems/multi-node-tuning-guide/nccl.html). Rendered, validated and planned here; built and layer-tested natively on GitHub\u0027s arm64 runner by the publish workflow. Over TCP: cuda13.2-efa-arm64 adds EFA and the plugin." \
       org.opencontainers.image.base.name="arm64v8/debian:bookworm" \
       io.github.mnp-stacks.stack="cuda13.2-tcp-arm64" \
       io.github.mnp-stacks.instances="p6e-gb200.36xlarge" \
