@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from matrix.image import bootstrap
 from matrix.image.plan import content_tag, plan
 from matrix.model.instances import INSTANCE_TYPES, TABLE
+from matrix.model.loader import load_matrix
 from matrix.model.rules import check_matrix, known_runners, load_rules
 from tests.helpers import one_line, project_matrix, stacks_with
 
@@ -23,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cpu-tcp-arm64@sha256:" + "e" * 64
 RULE = "instance-platform"
 CI_RULE = "ci-runner-platform"
+ARM64_STACK = "cpu-tcp-arm64"
 TASKS = {"jobdef": ["jobdef"], "sbatch": ["sbatch"], "k8s": ["k8s", "--kind", "mpijob"]}
 
 
@@ -223,3 +226,27 @@ def test_explain_on_p6e_gb200_says_what_multi_node_nvlink_needs():
     for fact in ("imexchannels.html", "switch/nvidia_imex", "CVE-2024-42511",
                  "computedomain.go", "src/mnnvl.cc", "capacity-blocks-nvidia-imex.html"):
         assert fact in source, fact
+
+
+@pytest.mark.docker
+def test_a_base_of_another_architecture_is_refused_in_one_line(docker_client, tmp_path):
+    """The engine would build the arm64 stack on an amd64 base without a word (20.10's builder
+    enforces no platform): `invoke build` refuses it before any layer, in one line."""
+    amd64 = load_matrix(ROOT / "stacks.yaml").stack("cpu-tcp").base.image
+    if not bootstrap._local(docker_client, amd64):
+        pytest.skip(f"needs the amd64 base {amd64} (the cpu-tcp build makes it)")
+    text = (ROOT / "stacks.yaml").read_text(encoding="utf-8")
+    start = text.index("\n  debian-12-arm64:\n")
+    line = text.index("    image: arm64v8/debian:bookworm\n", start)
+    text = text.replace(text[line:text.index("\n  ubuntu-18.04:\n", line)],
+                        f"    image: {amd64}\n    os: debian12\n"
+                        '    provides: {debian: "12", python: "3.11.2"}', 1)
+    stacks = tmp_path / "stacks.yaml"
+    stacks.write_text(text, encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "invoke", "build", "--stacks", str(stacks),
+                           "--stack", ARM64_STACK], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert one_line(proc, 1) == (
+        f"error: base 'debian-12-arm64' of stack {ARM64_STACK}: {amd64} is linux/amd64 (its image "
+        f"config's Architecture), not linux/arm64 as the stack's platform says; remove it "
+        f"(docker rmi {amd64}) so that it is pulled or bootstrapped for linux/arm64")
