@@ -10,7 +10,6 @@ from typing import Any
 from matrix.cli import options
 from matrix.cli.options import integer, load, one_stack, require
 from matrix.errors import UsageError, UserError
-from matrix.image.plan import plan
 from matrix.model.entities import Matrix
 from matrix.model.settings import ROOT
 
@@ -32,6 +31,8 @@ def push(stacks_file: str, stacks: Any, registry: str | None, force: bool) -> No
     from matrix.image import engine
 
     registry = require(registry, "--registry", "123456789012.dkr.ecr.us-east-1.amazonaws.com")
+    from matrix.image.plan import plan
+
     matrix = load(stacks_file)
     stack = one_stack(matrix, stacks)
     result = plan(matrix, [stack])
@@ -91,6 +92,7 @@ def rehearse(stacks_file: str, stacks: Any, nodes: Any, late_node: Any,
     from docker.errors import ImageNotFound
 
     from matrix.image import engine
+    from matrix.image.plan import plan
     from matrix.jobs import rehearse as rh
     from matrix.jobs.mounts import parse_all
     from matrix.jobs.request import refuse_image_folders

@@ -6,7 +6,7 @@ import json
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from matrix.cli.options import (
     BUILD_METADATA,
@@ -20,7 +20,9 @@ from matrix.cli.options import (
     shown,
 )
 from matrix.errors import UserError
-from matrix.image.plan import Plan, plan
+
+if TYPE_CHECKING:
+    from matrix.image.plan import Plan
 
 # --- build, ref, engine, test, check --------------------------------------------------------------
 
@@ -35,6 +37,7 @@ def build(stacks_file: str, stacks: Any, all_stacks: bool, registry: str | None,
     """
     from matrix.image import build as builder
     from matrix.image import ca, engine
+    from matrix.image.plan import plan
 
     workers = None if jobs is None else integer(jobs, "--jobs", minimum=1)
     matrix = load(stacks_file)
@@ -90,6 +93,8 @@ def ref(stacks_file: str, stacks: Any) -> str:
     or local image ID, matrix/image/plan.py): a base not resolved here (no engine answers, or it
     is not local yet) would give a tag that no build ever makes, so that is refused, unless
     stacks.yaml pins the base by digest (then no engine is needed)."""
+    from matrix.image.plan import plan
+
     matrix = load(stacks_file)
     stack = one_stack(matrix, stacks)
     result = plan(matrix, [stack])
@@ -118,6 +123,7 @@ def test_stack(stacks_file: str, stacks: Any, all_stacks: bool, to_stderr: bool 
     """Layer tests; ``to_stderr`` keeps stdout for ``build --json --test``'s JSON alone;
     ``again`` runs layers that passed before with the same inputs too."""
     from matrix.image import engine, testing
+    from matrix.image.plan import plan
 
     matrix = load(stacks_file)
     names = pick_stacks(matrix, stacks, all_stacks)
@@ -152,6 +158,7 @@ def sbom(stacks_file: str, stacks: Any, output: str | None) -> str:
     from matrix.cli import output as outputs
     from matrix.image import engine
     from matrix.image import sbom as bom
+    from matrix.image.plan import plan
 
     matrix = load(stacks_file)
     stack = one_stack(matrix, stacks)
