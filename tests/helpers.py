@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import copy
 import subprocess
+from collections.abc import Sequence
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from matrix.image.plan import Plan, plan
 from matrix.model import yamlsrc
 from matrix.model.entities import Base, ComponentVersion, Matrix, Stack
 from matrix.model.loader import load_matrix
 from matrix.model.settings import ROOT
+
+if TYPE_CHECKING:
+    from matrix.jobs.request import JobRequest
 
 DEBIAN = Base(name="debian-12", image="debian:bookworm", os="debian12",
               provides={"debian": "12", "python": "3.11.2"})
@@ -80,6 +85,82 @@ def writer_commands() -> dict[str, list[str]]:
                                                  for word in ("--" + name.replace("_", "-"),
                                                               value)]
     return commands
+
+
+def typed_options(task: str, words: Sequence[str]) -> dict[str, Any]:
+    """``--option value`` words of ``invoke TASK`` as invoke hands them to the task's body: a
+    flag True, a repeatable option a list, any other value its text (the writer's declarations
+    read them). A word no option of the task declares is a mistake in the test."""
+    from matrix.jobs import writers
+
+    options = writers.for_task(task).task_options()
+    typed: dict[str, Any] = {}
+    rest = list(words)
+    while rest:
+        flag = rest.pop(0)
+        option = options.get(flag[2:].replace("-", "_")) if flag.startswith("--") else None
+        if option is None:
+            raise ValueError(f"{flag}: not an option of invoke {task}")
+        if option.kind is bool:
+            typed[option.name] = True
+        elif option.repeatable:
+            typed.setdefault(option.name, []).append(rest.pop(0))
+        else:
+            typed[option.name] = rest.pop(0)
+    return typed
+
+
+def job_for(task: str, *words: str, command: Sequence[str],
+            settings: dict[str, str] | None = None) -> JobRequest:
+    """The job ``invoke TASK WORDS -- COMMAND`` checks, by the steps the task takes
+    (matrix/cli/jobtasks.py ``write_job``): the words parsed with the writer's declarations,
+    :func:`matrix.jobs.request.job_request`, then the plan every role starts with, which the task
+    refuses to write on a problem (the same :class:`~matrix.errors.UserError` line). The
+    project's stacks.yaml is loaded once per process, where the task loads it per call, so a
+    test of many variations costs milliseconds each; a test of a refusal's exit status or of
+    ``--output`` runs the task itself. ``settings``: ``MNP_*`` values no option of the task sets
+    (a test cluster's smaller nodes), given to every node as the options' own are."""
+    from matrix.cli import options as cli_options
+    from matrix.cli.jobtasks import refuse_stops
+    from matrix.jobs import writers
+    from matrix.jobs.request import job_request
+
+    writer = writers.for_task(task)
+    values = writer.task_options().parse(typed_options(task, words))
+    matrix = (project_matrix() if values["stacks"] == "stacks.yaml"
+              else cli_options.load(values["stacks"]))
+    job = job_request(writer, values, list(command), matrix,
+                      cli_options.one_stack(matrix, values["stack"]))
+    if settings:
+        job = replace(job, settings=job.settings + tuple(settings.items()))
+    refuse_stops(job)
+    return job
+
+
+def written(task: str, *words: str, command: Sequence[str],
+            settings: dict[str, str] | None = None) -> Any:
+    """The artefact ``invoke TASK WORDS -- COMMAND`` writes, as its writer made it (a dict for
+    a job definition or a manifest, the script's text): :func:`job_for` rendered with the image
+    the task resolves from ``--image-uri`` (by digest, else the task's own refusal)."""
+    from matrix.cli import deploy
+
+    job = job_for(task, *words, command=command, settings=settings)
+    given = typed_options(task, words).get("image_uri")
+    return job.render(deploy.image_uri(job.matrix, job.stack.name, given))
+
+
+def written_for_pair(task: str, *words: str, command: Sequence[str]) -> Any:
+    """:func:`written` for a declared (stack, instance) pair, with the writer's default launcher,
+    or ``--launcher none`` where the task refuses that launcher's plan on the stack (a stack
+    without Open MPI or PyTorch: the user's next try, which runs the command as is)."""
+    from matrix.errors import UserError
+
+    try:
+        return written(task, *words, command=command)
+    except UserError as refusal:
+        if "a real run stops there" not in str(refusal):
+            raise
+    return written(task, *words, "--launcher", "none", command=command)
 
 
 def stacks_with(tmp_path: Path, targets: dict[str, str]) -> Path:

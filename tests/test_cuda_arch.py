@@ -72,15 +72,17 @@ def test_cuda11_7_nccl_tests_no_longer_asks_for_sm_90():
 
 @pytest.mark.parametrize("instance_type", ["p5.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge"])
 def test_cuda13_efa_job_definitions_validate_with_botocore(instance_type):
-    from matrix.jobs.jobdef import build_job_definition, validate_job_definition
+    from matrix.jobs.jobdef import validate_job_definition
     from matrix.model.instances import INSTANCE_TYPES
+    from tests.helpers import written
 
     matrix = load_matrix(ROOT / "stacks.yaml")
     stack = matrix.stack("cuda13.2-efa")
     assert instance_type in stack.instances
     image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp-stacks@sha256:" + "a" * 64
-    definition = build_job_definition("cuda13.2-efa", 2, instance_type, image,
-                                      launcher="torchrun", fabric=stack.fabric)
+    definition = written("jobdef", "--stack", "cuda13.2-efa", "--nodes", "2", "--instance-type",
+                         instance_type, "--image-uri", image, "--launcher", "torchrun",
+                         command=["python3", "train.py"])
     validate_job_definition(definition)
     (node_range,) = definition["nodeProperties"]["nodeRangeProperties"]
     resources = {r["type"]: r["value"] for r in node_range["container"]["resourceRequirements"]}

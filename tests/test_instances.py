@@ -207,14 +207,15 @@ def test_p6_b200_efa_on_all_eight_cards_as_aws_configures_it():
     """Issue 16 item 13: the ENA-only primary card is P6-B300's (17 cards, EFA on 1 to 16), not
     P6-B200's. AWS's Batch template for p6-b200 attaches an efa interface to each of network
     cards 0 to 7 and passes uverbs0 to uverbs7; invoke jobdef passes the same eight."""
-    from matrix.jobs.jobdef import build_job_definition
+    from tests.helpers import written
 
     row = get_instance_type("p6-b200.48xlarge")
     assert "aws-batch-distributed-training-p6.yaml" in row.source
     assert "InterfaceType efa at device 0 of network cards 0 to 7" in row.source
     assert "8 rdmap EFA devices" in row.source  # the EFA device plugin's count
     image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/x@sha256:" + "a" * 64
-    definition = build_job_definition("cuda13.2-efa", 2, "p6-b200.48xlarge", image)
+    definition = written("jobdef", "--stack", "cuda13.2-efa", "--nodes", "2", "--instance-type",
+                         "p6-b200.48xlarge", "--image-uri", image, command=["python3", "train.py"])
     (node_range,) = definition["nodeProperties"]["nodeRangeProperties"]
     devices = node_range["container"]["linuxParameters"]["devices"]
     assert [d["hostPath"] for d in devices] == [f"/dev/infiniband/uverbs{i}" for i in range(8)]

@@ -1,16 +1,14 @@
 """AWS Batch multi-node parallel (MNP) job definitions for a stack.
 
-:func:`build_job_definition` returns the request body of Batch ``RegisterJobDefinition``: a
-``multinode`` job whose one node range (``0:``) runs the stack image, pinned by digest, on every
-node, with the instance type's GPUs, vCPUs and memory, one ``/dev/infiniband/uverbsN`` device per
-EFA interface (fabric ``efa`` only), an unlimited memlock ulimit, a sized ``/dev/shm`` and the
-``MNP_*`` settings the in-container entrypoint reads. The result is checked against botocore's
-own Batch model before it is returned, so a malformed definition fails here and not at
-``RegisterJobDefinition`` time.
-
-:class:`BatchWriter` (``WRITER``, see ``matrix/jobs/writer.py``) renders a job spec so for
-``invoke jobdef`` and ``invoke explain``, and :func:`batch_roles` reads each node back from the
-definition as Batch starts it.
+:class:`BatchWriter` (``WRITER``, see ``matrix/jobs/writer.py``) renders a job spec, for
+``invoke jobdef`` and ``invoke explain``, into the request body of Batch
+``RegisterJobDefinition``: a ``multinode`` job whose one node range (``0:``) runs the stack
+image, pinned by digest, on every node, with the instance type's GPUs, vCPUs and memory, one
+``/dev/infiniband/uverbsN`` device per EFA interface (fabric ``efa`` only), an unlimited memlock
+ulimit, a sized ``/dev/shm`` and the ``MNP_*`` settings the in-container entrypoint reads. The
+result is checked against botocore's own Batch model before it is returned, so a malformed
+definition fails here and not at ``RegisterJobDefinition`` time. :func:`batch_roles` reads each
+node back from the definition as Batch starts it.
 """
 
 from __future__ import annotations
@@ -31,23 +29,14 @@ from matrix.jobs.roles import Devices, Role
 from matrix.jobs.runopts import Option, RunOpts
 from matrix.jobs.spec import (
     DEFAULT_ATTEMPTS,
-    DEFAULT_WAIT_TIMEOUT_S,
     MAX_ATTEMPTS,
     SECRET_ENV_NAME,
     JobSpec,
     batch_tags,
-    check_fabric,
-    check_launcher,
     check_launcher_command,
-    check_nodes,
-    check_pair,
-    check_pinned,
-    effective_fabric,
     is_pinned,
-    mnp_environment,
 )
 from matrix.jobs.writer import Prepared, Variant, Writer
-from matrix.model.entities import Stack
 from matrix.model.instances import InstanceType, get_instance_type, job_memory_mib
 
 if TYPE_CHECKING:
@@ -147,45 +136,6 @@ def default_job_definition_name(stack: str, nodes: int, instance_type: str) -> s
     return re.sub(r"[^A-Za-z0-9_-]", "-", raw)[:128]
 
 
-def build_job_definition(
-    stack: str,
-    nodes: int,
-    instance_type: str,
-    image_uri: str,
-    secret_arn: str | None = None,
-    env: Mapping[str, str] | None = None,
-    *,
-    launcher: str = "mpirun",
-    fabric: str | None = None,
-    wait_timeout_s: int = DEFAULT_WAIT_TIMEOUT_S,
-    execution_role_arn: str | None = None,
-    job_role_arn: str | None = None,
-    command: Sequence[str] | None = None,
-    name: str | None = None,
-    attempt_timeout_s: int | None = None,
-    mounts: Sequence[Mount] = (),
-    attempts: int = DEFAULT_ATTEMPTS,
-    notices: Sequence[str] = (),
-) -> dict[str, Any]:
-    """The Batch ``RegisterJobDefinition`` request: ``nodes`` x ``instance_type`` running ``stack``.
-
-    ``image_uri`` must be pinned by digest (see :func:`pin_image`). ``secret_arn`` (a Secrets
-    Manager or SSM parameter ARN) becomes the ``MNP_SECRET`` variable through ``secrets``; Batch
-    reads it with the job's execution role, so ``execution_role_arn`` is then required.
-    ``fabric`` defaults to ``efa`` on types with EFA and ``tcp`` otherwise. ``command`` is the
-    container's command, which the image's entrypoint runs (the image has no CMD). ``mounts``
-    (``--mount``) become host ``volumes`` and ``mountPoints``. ``attempts`` bounds the runs:
-    :func:`retry_strategy` retries only infrastructure failures. Raises :class:`UserError` on bad
-    input.
-    """
-    instance = get_instance_type(instance_type)
-    fabric_used = _checked_fabric(instance, launcher, nodes, image_uri, fabric)
-    environment = mnp_environment(instance, launcher, fabric, wait_timeout_s, env)
-    options = BatchOptions(secret_arn, execution_role_arn, job_role_arn, name, attempt_timeout_s)
-    return _definition(stack, nodes, instance, image_uri, environment, fabric_used, options,
-                       command or (), mounts, attempts, notices)
-
-
 @dataclass(frozen=True)
 class BatchOptions:
     """What a Batch job definition takes besides the :class:`JobSpec`: ``secret_arn`` (a Secrets
@@ -221,17 +171,6 @@ def _definition(stack: str, nodes: int, instance: InstanceType, image_uri: str,
         definition["timeout"] = {"attemptDurationSeconds": options.attempt_timeout_s}
     validate_job_definition(definition)
     return definition
-
-
-def _checked_fabric(instance: InstanceType, launcher: str, nodes: int, image_uri: str,
-                    fabric: str | None) -> str:
-    """The fabric the entrypoint is told (``MNP_FABRIC``), after the checks a :class:`JobSpec`
-    makes (this function's callers may pass loose arguments)."""
-    check_launcher(launcher)
-    check_nodes(nodes)
-    check_pinned(image_uri)
-    check_fabric(instance, fabric)
-    return effective_fabric(instance, fabric)
 
 
 def _base_container(instance: InstanceType, image_uri: str, effective_fabric: str,
@@ -291,15 +230,6 @@ def _multinode_definition(name: str, stack: str, nodes: int, instance_name: str,
             "nodeRangeProperties": [{"targetNodes": "0:", "container": container}],
         },
     }
-
-
-def definition_for_stack(stack: Stack, nodes: int, instance_type: str, image_uri: str,
-                         **options: Any) -> dict[str, Any]:
-    """:func:`build_job_definition` for a stack of the matrix: the pair is checked against the
-    instance table and the rules first, and the stack's fabric is used."""
-    check_pair(stack, instance_type)
-    return build_job_definition(stack.name, nodes, instance_type, image_uri,
-                                fabric=stack.fabric, **options)
 
 
 def _check_secret(arn: str) -> str:

@@ -1,7 +1,7 @@
 """Kubeflow manifests for a stack: PyTorchJob (static or elastic), TrainJob and MPIJob.
 
-:func:`build_manifest` returns one manifest, checked against its vendored CRD (``crds.py``)
-before it is returned. Every kind follows the same rules:
+:class:`KubeflowWriter` (``WRITER``) renders a job spec into one manifest, checked against its
+vendored CRD (``crds.py``) before it is returned. Every kind follows the same rules:
 
 - the image by digest, and the training command as ``args:``, never ``command:``: in Kubernetes
   ``command:`` replaces the image's ENTRYPOINT, so ``mnp-entrypoint`` would never run (a TrainJob
@@ -53,23 +53,16 @@ from matrix.jobs.roles import Devices, Role
 from matrix.jobs.runopts import Option, RunOpts
 from matrix.jobs.spec import (
     DEFAULT_ATTEMPTS,
-    DEFAULT_WAIT_TIMEOUT_S,
     MAX_ATTEMPTS,
     NOTICE_ANNOTATION,
     JobSpec,
     annotation,
-    check_attempts,
     check_elastic,
-    check_has_command,
     check_launcher_command,
-    check_nodes,
-    check_pinned,
     comment_lines,
-    effective_fabric,
-    mnp_environment,
 )
 from matrix.jobs.writer import Prepared, Variant, Writer
-from matrix.model.instances import InstanceType, get_instance_type
+from matrix.model.instances import InstanceType
 
 KINDS = {"pytorchjob": "PyTorchJob", "trainjob": "TrainJob", "mpijob": "MPIJob"}
 # The launcher unit the entrypoint runs under each kind (MNP_LAUNCHER).
@@ -393,42 +386,6 @@ def mpijob(job: Job) -> dict[str, Any]:
     }
     return {"apiVersion": crds.CRDS["MPIJob"].api_version, "kind": "MPIJob",
             "metadata": _metadata(job), "spec": spec}
-
-
-def build_manifest(
-    kind: str,
-    stack: str,
-    nodes: int,
-    instance_type: str,
-    image_uri: str,
-    command: Sequence[str],
-    *,
-    fabric: str | None = None,
-    mounts: Sequence[Mount] = (),
-    claims: Sequence[Claim] = (),
-    elastic: tuple[int, int] | None = None,
-    env: Mapping[str, str] | None = None,
-    wait_timeout_s: int = DEFAULT_WAIT_TIMEOUT_S,
-    attempts: int = DEFAULT_ATTEMPTS,
-    notices: Sequence[str] = (),
-    platform: str | None = None,
-) -> dict[str, Any]:
-    """The ``kind`` manifest (pytorchjob, trainjob, mpijob) for ``nodes`` x ``instance_type``,
-    validated against the vendored CRD, after the checks a :class:`JobSpec` makes (this
-    function's callers may pass loose arguments). ``attempts``: a PyTorchJob's runs (see
-    RESTART_NEVER); an MPIJob or TrainJob has no exit-code retry. ``platform``: the image's
-    (``linux/arm64``); this function knows no stack, so by default the instance type's own
-    (``invoke k8s`` passes the stack's). Raises :class:`UserError` on bad input."""
-    check_attempts(attempts)
-    check_kind(kind, elastic)
-    instance = get_instance_type(instance_type)
-    check_nodes(nodes)
-    check_has_command(command)
-    check_pinned(image_uri)
-    variables = mnp_environment(instance, LAUNCHER[kind], fabric, wait_timeout_s, env)
-    return _manifest(kind, stack, platform or f"linux/{instance.arch}", nodes, instance,
-                     image_uri, command, variables, effective_fabric(instance, fabric), mounts,
-                     claims, elastic, attempts, notices)
 
 
 def check_kind(kind: str, elastic: tuple[int, int] | None) -> None:

@@ -1,9 +1,9 @@
 """Slurm batch scripts for a stack on a cluster with pyxis and enroot (AWS ParallelCluster).
 
-:func:`build_sbatch_script` writes what ``sbatch`` takes: ``#SBATCH`` lines for the nodes, the
-tasks per node, the instance's GPUs and an exclusive allocation, the job's ``MNP_*`` environment
-as ``export`` lines, and one ``srun`` line whose every task runs the stack image through pyxis
-with ``mnp-entrypoint`` as its own command.
+:class:`SlurmWriter` (``WRITER``) writes what ``sbatch`` takes: ``#SBATCH`` lines for the
+nodes, the tasks per node, the instance's GPUs and an exclusive allocation, the job's ``MNP_*``
+environment as ``export`` lines, and one ``srun`` line whose every task runs the stack image
+through pyxis with ``mnp-entrypoint`` as its own command.
 
 pyxis does not run the image's ENTRYPOINT per task. It starts each node's container once per
 step, as ``enroot start --conf SCRIPT NAME sh -c "kill -STOP $$ ; exit 0"``, waits until that
@@ -92,15 +92,11 @@ from matrix.jobs.roles import Devices, Role
 from matrix.jobs.runopts import Option, RunOpts
 from matrix.jobs.spec import (
     DEFAULT_ATTEMPTS,
-    DEFAULT_WAIT_TIMEOUT_S,
     MAX_ATTEMPTS,
     JobSpec,
-    check_has_command,
     check_launcher_command,
-    check_nodes,
     comment_lines,
     is_pinned,
-    mnp_environment,
 )
 from matrix.jobs.writer import Prepared, Variant, Writer
 from matrix.model.instances import InstanceType, get_instance_type
@@ -132,9 +128,6 @@ ENTRYPOINT = "/usr/local/bin/mnp-entrypoint"
 # The entrypoint's exit codes for a failure of the infrastructure, which a requeue on other nodes
 # can fix (its failure classes, defined once in entrypoint/core/errors.py); the tests read them here.
 REQUEUE_EXIT_CODES = (INFRASTRUCTURE_EXIT,)
-# Attempts of one job in all, the first run included: a node that fails again is not the node.
-# the job spec's default, as invoke jobdef's retryStrategy: one retry after an infrastructure failure
-DEFAULT_MAX_ATTEMPTS = DEFAULT_ATTEMPTS
 # --container-env came with pyxis 0.15.0 (commit 5164d82a6b8099c294fb512437afd85542578df6, after
 # v0.14.0); an older pyxis rejects the srun line's option.
 PYXIS_MINIMUM = "0.15.0"
@@ -260,36 +253,6 @@ def _srun(image: str, shape: Layout, mounts: Sequence[Mount], env_names: Sequenc
     quoted = [shlex.quote(word) for word in words]
     task = " ".join(shlex.quote(word) for word in [ENTRYPOINT, *command])
     return " \\\n  ".join(quoted + [task + " || status=$?"])
-
-
-def build_sbatch_script(
-    stack: str,
-    nodes: int,
-    instance_type: str,
-    image_uri: str,
-    command: Sequence[str],
-    *,
-    launcher: str = "mpirun",
-    ranks: str = "srun",
-    fabric: str | None = None,
-    mounts: Sequence[Mount] = (),
-    env: Mapping[str, str] | None = None,
-    wait_timeout_s: int = DEFAULT_WAIT_TIMEOUT_S,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    notices: Sequence[str] = (),
-) -> str:
-    """The batch script: ``nodes`` x ``instance_type`` running ``command`` in ``image_uri``, after
-    the checks a :class:`JobSpec` makes (this function's callers may pass loose arguments)."""
-    instance = get_instance_type(instance_type)
-    check_nodes(nodes)
-    if max_attempts < 1:
-        raise UserError(f"--attempts {max_attempts}: a job runs at least once")
-    check_has_command(command)
-    check_command(launcher, nodes, command)
-    shape = layout(instance, launcher, ranks)
-    environment = mnp_environment(instance, launcher, fabric, wait_timeout_s, env)
-    return _script(stack, nodes, instance, image_uri, command, shape, environment, mounts,
-                   max_attempts, notices)
 
 
 def _script(stack: str, nodes: int, instance: InstanceType, image_uri: str,

@@ -12,6 +12,7 @@ from matrix.jobs import jobdef
 from matrix.jobs.explain import IMAGE_URI, explain
 from matrix.model.instances import INSTANCE_TYPES
 from matrix.model.loader import load_matrix
+from tests.helpers import written
 
 pytestmark = [pytest.mark.docker]
 
@@ -22,9 +23,9 @@ PLACEHOLDERS = ("<node-0>", "127.0.0.1")
 
 def in_image(docker_client, image, launcher):
     # the main node as Batch starts it from what invoke jobdef writes (jobdef.batch_roles)
-    definition = jobdef.definition_for_stack(
-        load_matrix(ROOT / "stacks.yaml").stack("cpu-tcp"), 2, INSTANCE, IMAGE_URI,
-        command=["python3", "train.py"], launcher=launcher)
+    definition = written("jobdef", "--stack", "cpu-tcp", "--nodes", "2", "--instance-type",
+                         INSTANCE, "--image-uri", IMAGE_URI, "--launcher", launcher,
+                         command=["python3", "train.py"])
     env = dict(jobdef.batch_roles(definition)[0].env, MNP_DRY_RUN="json")
     # /dev/shm as the job definition sets it (linuxParameters.sharedMemorySize): the row's
     out = docker_client.containers.run(image, ["python3", "train.py"], environment=env,

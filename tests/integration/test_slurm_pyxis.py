@@ -21,12 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from matrix.jobs.sbatch import (
-    ENTRYPOINT,
-    REQUEUE_EXIT_CODES,
-    build_sbatch_script,
-    enroot_image,
-)
+from matrix.jobs.sbatch import ENTRYPOINT, REQUEUE_EXIT_CODES, enroot_image
+from tests.helpers import written
 
 from .slurm_cluster import USER, SlurmCluster, image_config, slurm_image
 from .test_deepspeed_cluster import RESULT_RE, TRAIN  # the same user's training script
@@ -167,6 +163,16 @@ def sbatch_cli(play, target: str, *args: str, command: list[str]) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+def generated(uri: str, *options: str, command: list[str], slots: int | None = None) -> str:
+    """The script ``invoke sbatch --stack cpu-tcp --nodes 3 --instance-type c5n.18xlarge
+    --image-uri URI OPTIONS -- COMMAND`` writes (tests.helpers.written: the task's own steps, in
+    this process), with ``slots`` ranks a node where given: the play's nodes have 2 CPUs where
+    the instance's row has 36, and no option of the task sets MNP_SLOTS_PER_NODE."""
+    return written("sbatch", "--stack", "cpu-tcp", "--nodes", "3", "--instance-type",
+                   "c5n.18xlarge", "--image-uri", uri, *options, command=command,
+                   settings={"MNP_SLOTS_PER_NODE": str(slots)} if slots else None)
+
+
 def submit(play, script: str, *options: str, timeout: float = 240, user: str = "root") -> str:
     """``sbatch --wait`` from /share as ``user`` (the script's --output is relative to it); the
     job's log."""
@@ -200,9 +206,8 @@ def test_a_generated_script_runs_mpirun_inside_the_allocation_through_pyxis(play
     (the container has no srun for Open MPI's daemons) and node 0 runs mpirun over the job's own
     SSH. Submitted as on a site whose MpiDefault is pmix (``SLURM_MPI_TYPE``, srun's variable for
     ``--mpi``): the script's ``--mpi=none`` keeps each task from being taken for one rank."""
-    script = build_sbatch_script("cpu-tcp", 3, "c5n.18xlarge", play.uri,
-                                 ["python3", "/share/allreduce.py"], launcher="mpirun",
-                                 ranks="mpirun", fabric="tcp", env={"MNP_SLOTS_PER_NODE": "2"})
+    script = generated(play.uri, "--launcher", "mpirun", "--ranks", "mpirun",
+                       command=["python3", "/share/allreduce.py"], slots=2)
     (play.share / "mpirun.sbatch").write_text(script)
     log = submit(play, "mpirun.sbatch", "--export=ALL,SLURM_MPI_TYPE=pmix", timeout=400)
     assert results(log, "rank=") == [f"rank={r} size=6 sum=21" for r in range(6)], log
@@ -217,9 +222,8 @@ def test_a_generated_script_runs_mpirun_inside_the_allocation_through_pyxis(play
 def test_a_users_mpirun_script_runs_through_pyxis_without_root(user_play):
     """Submitted by a user who is not root: every node's entrypoint runs as that user, its sshd
     on 2222 admits only that user, and the ranks run as that user on all three nodes."""
-    script = build_sbatch_script("cpu-tcp", 3, "c5n.18xlarge", user_play.uri,
-                                 ["python3", "/share/whoami.py"], launcher="mpirun",
-                                 ranks="mpirun", fabric="tcp", env={"MNP_SLOTS_PER_NODE": "1"})
+    script = generated(user_play.uri, "--launcher", "mpirun", "--ranks", "mpirun",
+                       command=["python3", "/share/whoami.py"], slots=1)
     (user_play.share / "user.sbatch").write_text(script)
     log = submit(user_play, "user.sbatch", timeout=300, user=USER)
     assert results(log, "rank=") == [f"rank={r} size=3 sum=6 uid=1000 host=node{r + 1}"
@@ -234,9 +238,8 @@ def test_a_generated_deepspeed_script_trains_on_three_nodes_through_pyxis(play):
     per node; node 0's DeepSpeed runner (pdsh) reaches the other nodes over the entrypoints' own
     SSH, and the ranks train as data-parallel SGD on all three nodes' data must."""
     (play.share / "ds_train.py").write_text(TRAIN)
-    script = build_sbatch_script("cpu-tcp", 3, "c5n.18xlarge", play.uri,
-                                 ["python3", "/share/ds_train.py"], launcher="deepspeed",
-                                 fabric="tcp", env={"MNP_SLOTS_PER_NODE": "1"})
+    script = generated(play.uri, "--launcher", "deepspeed",
+                       command=["python3", "/share/ds_train.py"], slots=1)
     (play.share / "ds.sbatch").write_text(script)
     log = submit(play, "ds.sbatch", timeout=500)
     found = {}
@@ -255,9 +258,8 @@ def test_a_generated_deepspeed_script_trains_on_three_nodes_through_pyxis(play):
 def test_a_generated_torchrun_script_runs_one_task_per_node_through_pyxis(play):
     """In an image whose ENV says MNP_LAUNCHER=none: the job's setting must still win."""
     # one process per node on these 2-CPU nodes (the instance's default is one per core)
-    script = build_sbatch_script("cpu-tcp", 3, "c5n.18xlarge", DERIVED,
-                                 ["python3", "/share/ddp.py"], launcher="torchrun",
-                                 fabric="tcp", env={"MNP_SLOTS_PER_NODE": "1"})
+    script = generated(DERIVED, "--launcher", "torchrun", command=["python3", "/share/ddp.py"],
+                       slots=1)
     (play.share / "ddp.sbatch").write_text(script)
     log = submit(play, "ddp.sbatch", timeout=400)
     assert results(log, "ddp rank=") == [f"ddp rank={r} world=3 sum=6" for r in range(3)], log
@@ -288,8 +290,7 @@ def test_the_play_keeps_a_finished_jobs_record_for_four_seconds(play):
 ])
 def test_a_generated_script_requeues_an_infrastructure_failure_and_not_a_users(
         play, name, script, ends):
-    text = build_sbatch_script("cpu-tcp", 3, "c5n.18xlarge", play.uri,
-                               ["python3", "-c", script], launcher="none", fabric="tcp")
+    text = generated(play.uri, "--launcher", "none", command=["python3", "-c", script])
     (play.share / f"{name}.sbatch").write_text(text)
     # the record is read in the same shell, as soon as sbatch returns (MinJobAge=4 in the play)
     code, output = play.run(f"cd /share && out=$(sbatch --wait {name}.sbatch); code=$?; "

@@ -9,11 +9,14 @@ import pytest
 
 from matrix.errors import UserError
 from matrix.jobs import crds
-from matrix.jobs.k8s import KINDS, build_manifest
+from matrix.jobs.k8s import KINDS
 from matrix.model.schema import jsonschema_library
+from tests.helpers import written
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cuda@sha256:" + "b" * 64
 UNKNOWN = "unknown field (not in the CRD schema"
+PAIR = ("--stack", "cpu-tcp", "--nodes", "2", "--instance-type", "c5n.18xlarge", "--image-uri",
+        IMAGE)
 
 
 def _pod(manifest: dict) -> dict:
@@ -40,7 +43,7 @@ MISSPELLINGS = [
 @pytest.mark.parametrize("kind", sorted(KINDS))
 @pytest.mark.parametrize(("where", "field"), MISSPELLINGS, ids=[f for _, f in MISSPELLINGS])
 def test_a_misspelt_field_is_refused_wherever_it_is(kind, where, field):
-    manifest = build_manifest(kind, "cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["python3", "t.py"])
+    manifest = written("k8s", "--kind", kind, *PAIR, command=["python3", "t.py"])
     assert crds.errors(manifest) == []
     where(manifest)[field] = {}
     found = crds.errors(manifest)  # one per pod template that shares the dict
@@ -52,7 +55,7 @@ def test_a_misspelt_field_is_refused_wherever_it_is(kind, where, field):
 
 
 def test_metadata_is_object_meta():
-    manifest = build_manifest("mpijob", "cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["true"])
+    manifest = written("k8s", "--kind", "mpijob", *PAIR, command=["true"])
     manifest["metadata"]["labels"]["team"] = 7
     manifest["metadata"]["annotations"] = {"owner": "ml"}
     assert crds.errors(manifest) == ["metadata/labels/team: 7 is not of type 'string'"]

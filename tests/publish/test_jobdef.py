@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import botocore.session
@@ -13,21 +14,18 @@ import pytest
 from botocore.validate import validate_parameters
 
 from matrix.errors import UserError
-from matrix.jobs.jobdef import (
-    build_job_definition,
-    definition_for_stack,
-    pin_image,
-    validate_job_definition,
-)
-from matrix.jobs.spec import check_pair
+from matrix.jobs.jobdef import WRITER, BatchOptions, pin_image, validate_job_definition
+from matrix.jobs.spec import JobSpec, check_pair
 from matrix.model.instances import INSTANCE_TYPES, get_instance_type, job_memory_mib
-from tests.helpers import one_line, project_matrix
+from tests.helpers import job_for, one_line, project_matrix, written, written_for_pair
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cpu-tcp@sha256:" + "a" * 64
 SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:mnp-rendezvous-AbCdEf"
 ROLE = "arn:aws:iam::123456789012:role/mnp-batch-execution"
 BATCH = botocore.session.get_session().get_service_model("batch")
 REGISTER = BATCH.operation_model("RegisterJobDefinition").input_shape
+MATRIX = project_matrix()
+COMMAND = ["python3", "train.py"]
 
 
 def _container(definition: dict) -> dict:
@@ -43,12 +41,37 @@ def _resources(definition: dict) -> dict[str, str]:
     return {item["type"]: item["value"] for item in _container(definition)["resourceRequirements"]}
 
 
+def jobdef(stack: str, nodes: int, instance_type: str, *options: str,
+           command: list[str] = COMMAND) -> dict:
+    """What ``invoke jobdef --stack STACK --nodes N --instance-type T --image-uri IMAGE OPTIONS
+    -- COMMAND`` writes (tests.helpers.written: the task's own steps, in this process)."""
+    return written("jobdef", "--stack", stack, "--nodes", str(nodes), "--instance-type",
+                   instance_type, "--image-uri", IMAGE, *options, command=command)
+
+
+def _stack_for(instance_type: str) -> str:
+    """A stack of stacks.yaml the pair check lets run on ``instance_type`` (every row of the
+    table has one), an efa stack where the row has EFA, so its devices are passed in."""
+    row = get_instance_type(instance_type)
+    runs = [stack for stack in MATRIX.stacks.values() if _runs_on(stack, instance_type)]
+    efa = [stack for stack in runs if stack.fabric == "efa"]
+    return (efa if row.has_efa and efa else runs)[0].name
+
+
+def _runs_on(stack, instance_type: str) -> bool:
+    try:
+        check_pair(stack, instance_type)
+    except UserError:
+        return False
+    return True
+
+
 @pytest.mark.parametrize("instance_type", sorted(INSTANCE_TYPES))
 def test_every_instance_type_makes_a_valid_definition(instance_type):
     instance = INSTANCE_TYPES[instance_type]
-    definition = build_job_definition(
-        "cpu-tcp", 4, instance_type, IMAGE, SECRET, {"NCCL_DEBUG": "INFO"}, execution_role_arn=ROLE
-    )
+    stack = MATRIX.stack(_stack_for(instance_type))
+    definition = jobdef(stack.name, 4, instance_type, "--secret-arn", SECRET,
+                        "--execution-role-arn", ROLE, "--launcher-args", "-x NCCL_DEBUG=INFO")
 
     validate_parameters(definition, REGISTER)  # raises on any mismatch with the Batch model
     assert definition["type"] == "multinode"
@@ -59,10 +82,12 @@ def test_every_instance_type_makes_a_valid_definition(instance_type):
     assert container["image"] == IMAGE
     assert container["instanceType"] == instance_type
 
+    # EFA devices only for an efa stack: a tcp stack on an EFA type gets none
+    interfaces = instance.efa_interfaces if stack.fabric == "efa" else 0
     devices = container["linuxParameters"].get("devices", [])
-    assert len(devices) == instance.efa_interfaces
+    assert len(devices) == interfaces
     assert [d["hostPath"] for d in devices] == [
-        f"/dev/infiniband/uverbs{i}" for i in range(instance.efa_interfaces)
+        f"/dev/infiniband/uverbs{i}" for i in range(interfaces)
     ]
     assert all(d["containerPath"] == d["hostPath"] for d in devices)
     assert all(d["permissions"] == ["READ", "WRITE", "MKNOD"] for d in devices)
@@ -81,8 +106,8 @@ def test_every_instance_type_makes_a_valid_definition(instance_type):
     env = _env(definition)
     assert "MNP_SECRET" not in env
     assert env["MNP_SLOTS_PER_NODE"] == str(instance.slots_per_node())
-    assert env["MNP_FABRIC"] == ("efa" if instance.efa_interfaces else "tcp")
-    assert env["NCCL_DEBUG"] == "INFO"
+    assert env["MNP_FABRIC"] == stack.fabric
+    assert env["MNP_LAUNCHER_ARGS"] == "-x NCCL_DEBUG=INFO"
     assert env["MNP_INSTANCE_TYPE"] == instance_type
     assert env["MNP_WAIT_TIMEOUT"] == "600"
     assert env["MNP_LAUNCHER"] == "mpirun"
@@ -108,7 +133,7 @@ def test_instance_table_numbers():
 
 
 def test_gaudi_runs_privileged_without_gpu_resource():
-    definition = build_job_definition("habana", 2, "dl1.24xlarge", IMAGE, launcher="deepspeed")
+    definition = jobdef("synapseai1.6-efa", 2, "dl1.24xlarge", "--launcher", "deepspeed")
     assert _container(definition)["privileged"] is True
     assert "GPU" not in _resources(definition)
     assert _env(definition)["MNP_SLOTS_PER_NODE"] == "8"
@@ -116,7 +141,7 @@ def test_gaudi_runs_privileged_without_gpu_resource():
 
 
 def test_no_secret_no_secrets_block():
-    definition = build_job_definition("cpu-tcp", 2, "c5n.18xlarge", IMAGE, fabric="tcp")
+    definition = jobdef("cpu-tcp", 2, "c5n.18xlarge")
     assert "secrets" not in _container(definition)
     assert _env(definition)["MNP_FABRIC"] == "tcp"
     # c5n.18xlarge has an EFA interface, but a tcp job gets no uverbs device
@@ -124,55 +149,69 @@ def test_no_secret_no_secrets_block():
 
 
 def test_command_name_and_timeout():
-    definition = build_job_definition(
-        "cpu-tcp",
-        3,
-        "c5n.18xlarge",
-        IMAGE,
-        command=["python", "-m", "allreduce"],
-        name="my-job",
-        attempt_timeout_s=3600,
-        wait_timeout_s=120,
-    )
+    """The definition's name and per-attempt timeout (BatchOptions) and the nodes' wait bound
+    (JobSpec.wait_timeout_s): the writer renders them, though no option of invoke jobdef sets
+    them, so the task's job is rendered with them here (JobSpec + Writer.render)."""
+    command = ["python", "-m", "allreduce"]
+    job = job_for("jobdef", "--stack", "cpu-tcp", "--nodes", "3", "--instance-type",
+                  "c5n.18xlarge", "--image-uri", IMAGE, command=command)
+    spec = replace(job.spec(IMAGE), wait_timeout_s=120)
+    definition = WRITER.render(spec, BatchOptions(name="my-job", attempt_timeout_s=3600))
     assert definition["jobDefinitionName"] == "my-job"
     assert _container(definition)["command"] == ["python", "-m", "allreduce"]
     assert definition["timeout"] == {"attemptDurationSeconds": 3600}
     assert _env(definition)["MNP_WAIT_TIMEOUT"] == "120"
+    # the task's own definition: the default name, no timeout, the default wait
+    default = job.render(IMAGE)
+    assert default["jobDefinitionName"] == "mnp-cpu-tcp-3x-c5n-18xlarge"
+    assert "timeout" not in default and _env(default)["MNP_WAIT_TIMEOUT"] == "600"
 
 
 def test_default_name_is_batch_safe():
-    definition = build_job_definition("pt-2.3", 2, "p4d.24xlarge", IMAGE)
-    assert definition["jobDefinitionName"] == "mnp-pt-2-3-2x-p4d-24xlarge"
+    definition = jobdef("cuda11.7-efa", 2, "p4d.24xlarge")
+    assert definition["jobDefinitionName"] == "mnp-cuda11-7-efa-2x-p4d-24xlarge"
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        ({"image_uri": "repo/x:latest"}, r"--image-uri .* by digest"),
-        ({"instance_type": "m5.large"}, r"--instance-type 'm5.large' is not in the instance table"),
-        ({"nodes": 0}, r"--nodes 0"),
-        ({"env": {"AWS_BATCH_JOB_ID": "x"}}, r"--env AWS_BATCH_JOB_ID: .*reserved"),
-        ({"env": {"MNP_SECRET": "x"}}, r"--secret-arn"),
-        ({"env": {"1BAD": "x"}}, r"not a valid environment variable name"),
-        ({"secret_arn": SECRET}, r"--secret-arn needs --execution-role-arn"),
-        ({"secret_arn": "not-an-arn", "execution_role_arn": ROLE}, r"--secret-arn 'not-an-arn'"),
-        ({"execution_role_arn": "role"}, r"--execution-role-arn 'role' is not an IAM role ARN"),
-        (
-            {"instance_type": "p3.16xlarge", "fabric": "efa"},
-            r"--fabric efa: p3.16xlarge has no EFA",
-        ),
-    ],
-)
-def test_bad_input_is_one_clear_line(kwargs, message):
-    arguments = {"stack": "s", "nodes": 2, "instance_type": "p4d.24xlarge", "image_uri": IMAGE}
-    arguments.update(kwargs)
+@pytest.mark.parametrize(("args", "words"), [
+    (["--image-uri", "repo/x:latest"], "--image-uri 'repo/x:latest' has no digest"),
+    (["--instance-type", "m5.large"],
+     "--instance-type 'm5.large': no instance type of that name; did you mean m5.24xlarge?"),
+    (["--nodes", "0"], "--nodes 0: expected a whole number from 1 to 10000"),
+    (["--secret-arn", SECRET], "--secret-arn needs --execution-role-arn"),
+    (["--secret-arn", "not-an-arn", "--execution-role-arn", ROLE],
+     "--secret-arn 'not-an-arn' is not a Secrets Manager or SSM parameter ARN"),
+    (["--execution-role-arn", "role"], "--execution-role-arn 'role' is not an IAM role ARN"),
+])
+def test_bad_input_is_one_clear_line_and_exit_2(tmp_path, args, words):
+    target = tmp_path / "job.json"
+    typed = dict(zip(PAIR[::2], PAIR[1::2])) | dict(zip(args[::2], args[1::2]))
+    line = one_line(jobdef_cli("--stack", "cpu-tcp", *[word for item in typed.items()
+                                                       for word in item],
+                               "--output", str(target), command=["true"]), 2)
+    assert words in line
+    assert not target.exists()
+
+
+@pytest.mark.parametrize(("env", "fabric", "message"), [
+    ({"AWS_BATCH_JOB_ID": "x"}, None, r"--env AWS_BATCH_JOB_ID: .*reserved"),
+    ({"MNP_SECRET": "x"}, None, r"--secret-arn"),
+    ({"1BAD": "x"}, None, r"not a valid environment variable name"),
+    ({}, "efa", r"--fabric efa: p3.16xlarge has no EFA"),
+])
+def test_a_job_spec_refuses_variables_and_a_fabric_no_writer_may_write(env, fabric, message):
+    """Variables beyond the MNP_* settings and a fabric other than the stack's reach a JobSpec
+    from no option of any task (invoke jobdef's come from its options' declared variables, its
+    fabric from the stack, which the pair check holds to the instance), but every writer renders
+    only a spec that passed these checks."""
+    stack = MATRIX.stack("cuda10.1-tcp")
     with pytest.raises(UserError, match=message) as failure:
-        build_job_definition(**arguments)
+        replace(JobSpec.of(stack, "p3.16xlarge", 2, IMAGE, "mpirun", COMMAND, env=env),
+                fabric=fabric or stack.fabric)
     assert "\n" not in str(failure.value)
 
 
 def test_validation_uses_the_batch_model():
-    definition = build_job_definition("s", 2, "p4d.24xlarge", IMAGE)
+    definition = jobdef("cuda11.7-efa", 2, "p4d.24xlarge")
     definition["nodeProperties"]["numNodes"] = "two"
     with pytest.raises(UserError, match="numNodes"):
         validate_job_definition(definition)
@@ -205,7 +244,8 @@ def test_tag_is_resolved_to_the_registry_digest(docker_client, chain, registry, 
     )
     pinned = pin_image(f"{registry.host}/{chain.repo}:{chain.stack}", docker_client)
     assert pinned == result.image_digest_uri
-    definition = build_job_definition(chain.stack, 2, "c5n.18xlarge", pinned)
+    definition = written("jobdef", *PAIR[:4], "--stack", "cpu-tcp", "--image-uri", pinned,
+                         command=COMMAND)
     assert _container(definition)["image"] == pinned
     with pytest.raises(UserError, match="cannot resolve its digest"):
         pin_image(f"{registry.host}/{chain.repo}:no-such-tag", docker_client)
@@ -213,7 +253,6 @@ def test_tag_is_resolved_to_the_registry_digest(docker_client, chain, registry, 
 
 # --- every (stack, instance) pair stacks.yaml declares, from the one instance table -------------
 
-MATRIX = project_matrix()
 PAIRS = [(name, instance) for name, stack in MATRIX.stacks.items() for instance in stack.instances]
 
 
@@ -226,8 +265,9 @@ def test_declared_pairs_include_the_types_jobdef_used_to_refuse():
 def test_every_declared_pair_makes_a_valid_definition(stack, instance_type):
     s = MATRIX.stack(stack)
     row = get_instance_type(instance_type)
-    definition = definition_for_stack(s, 2, instance_type, IMAGE, secret_arn=SECRET,
-                                      execution_role_arn=ROLE)
+    definition = written_for_pair("jobdef", "--stack", stack, "--nodes", "2", "--instance-type",
+                                  instance_type, "--image-uri", IMAGE, "--secret-arn", SECRET,
+                                  "--execution-role-arn", ROLE, command=COMMAND)
     validate_parameters(definition, REGISTER)
     container = _container(definition)
     assert container["instanceType"] == instance_type
@@ -250,12 +290,13 @@ def test_every_declared_pair_makes_a_valid_definition(stack, instance_type):
     ("cpu-mpi", "dl1.24xlarge", "gaudi-instance-needs-synapseai-stack"),
 ])
 def test_a_pair_the_table_says_cannot_work_is_refused(stack, instance_type, rule):
-    s = MATRIX.stack(stack)
+    words = ("--stack", stack, "--nodes", "2", "--instance-type", instance_type, "--image-uri",
+             IMAGE)
     if rule is None:  # a CPU stack runs on any CPU instance
-        check_pair(s, instance_type)
+        job_for("jobdef", *words, command=COMMAND)
         return
     with pytest.raises(UserError) as failure:
-        definition_for_stack(s, 2, instance_type, IMAGE)
+        job_for("jobdef", *words, command=COMMAND)
     message = str(failure.value)
     assert f"stack {stack} cannot run on {instance_type}" in message and rule in message
     assert "\n" not in message
@@ -277,11 +318,12 @@ def test_launcher_must_be_an_entrypoint_unit():
     from entrypoint.launchers import NAMES
 
     for launcher in NAMES:
-        definition = build_job_definition("cpu", 2, "c5n.18xlarge", IMAGE, launcher=launcher)
+        definition = jobdef("cpu-tcp", 2, "c5n.18xlarge", "--launcher", launcher)
         env = definition["nodeProperties"]["nodeRangeProperties"][0]["container"]["environment"]
         assert {"name": "MNP_LAUNCHER", "value": launcher} in env
-    with pytest.raises(UserError, match="horovodrun"):
-        build_job_definition("cpu", 2, "c5n.18xlarge", IMAGE, launcher="horovodrun")
+    line = one_line(jobdef_cli("--stack", "cpu-tcp", *PAIR, "--launcher", "horovodrun",
+                               command=["true"]), 2)
+    assert "--launcher 'horovodrun': no launcher of that name" in line
 
 
 # --- invoke jobdef as users call it (issue 16) -------------------------------------------------

@@ -21,18 +21,25 @@ import yaml
 
 from matrix.errors import UsageError, UserError
 from matrix.jobs import crds
-from matrix.jobs.k8s import ENTRYPOINT, KINDS, build_manifest, parse_elastic, resources
-from matrix.jobs.mounts import Claim, Mount
+from matrix.jobs.k8s import ENTRYPOINT, KINDS, parse_elastic, resources, to_yaml
 from matrix.model.instances import INSTANCE_TYPES, get_instance_type
-from tests.helpers import one_line, project_matrix
+from tests.helpers import one_line, project_matrix, written, written_for_pair
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cuda@sha256:" + "b" * 64
 MATRIX = project_matrix()
 PAIRS = [(name, instance) for name, stack in MATRIX.stacks.items() for instance in stack.instances]
 COMMAND = ["python3", "/fsx/train.py", "--data", "/data; echo 'not a shell'"]
-MOUNTS = (Mount("/fsx", "/fsx"), Mount("/scratch/data", "/data", read_only=True))
-CLAIMS = (Claim("fsx-pvc", "/shared"),)
+MOUNTS = ("--mount", "/fsx:/fsx", "--mount", "/scratch/data:/data:ro", "--pvc", "fsx-pvc:/shared")
+
+
+def k8s(kind: str, stack: str, nodes: int, instance_type: str, *options: str,
+        command: list[str] = COMMAND) -> dict:
+    """What ``invoke k8s --kind KIND --stack STACK --nodes N --instance-type T --image-uri IMAGE
+    OPTIONS -- COMMAND`` writes (tests.helpers.written: the task's own steps, in this process)."""
+    return written("k8s", "--kind", kind, "--stack", stack, "--nodes", str(nodes),
+                   "--instance-type", instance_type, "--image-uri", IMAGE, *options,
+                   command=command)
 
 
 def pods(manifest: dict) -> list[dict]:
@@ -59,14 +66,18 @@ def test_the_vendored_crds_are_the_files_sources_names():
 def test_every_declared_pair_makes_valid_manifests_of_every_kind(stack, instance_type):
     s = MATRIX.stack(stack)
     row = get_instance_type(instance_type)
-    variants = [(kind, None) for kind in KINDS] + [("pytorchjob", (1, 3))]
+    variants = [(kind, ()) for kind in KINDS] + [("pytorchjob", ("--elastic", "1:3"))]
     for kind, elastic in variants:
-        manifest = build_manifest(kind, stack, 2, instance_type, IMAGE, COMMAND, fabric=s.fabric,
-                                  mounts=MOUNTS, claims=CLAIMS, elastic=elastic,
-                                  platform=s.platform)
+        try:
+            manifest = written_for_pair("k8s", "--kind", kind, "--stack", stack, "--nodes", "2",
+                                        "--instance-type", instance_type, "--image-uri", IMAGE,
+                                        *MOUNTS, *elastic, command=COMMAND)
+        except UserError as refusal:
+            # a stack without PyTorch: only torchrun joins an elastic job's rendezvous
+            assert elastic and "only --launcher torchrun joins it" in str(refusal), refusal
+            continue
         assert crds.errors(manifest) == [], (kind, elastic)
         # what kubectl would read back from the YAML the task prints is the same document
-        from matrix.jobs.k8s import to_yaml
         assert yaml.safe_load(to_yaml(manifest)) == manifest
         expected = resources(row, s.fabric)
         efa = expected.get("limits", {}).get("vpc.amazonaws.com/efa")
@@ -114,25 +125,22 @@ def test_resources_follow_the_instance_table():
 
 
 def test_static_and_elastic_pytorchjob():
-    static = build_manifest("pytorchjob", "cuda11.7-efa", 3, "p4d.24xlarge", IMAGE, COMMAND,
-                            fabric="efa")
+    static = k8s("pytorchjob", "cuda11.7-efa", 3, "p4d.24xlarge")
     replicas = static["spec"]["pytorchReplicaSpecs"]
     assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 2)
     assert replicas["Master"]["template"]["spec"]["containers"][0]["name"] == "pytorch"
     assert "elasticPolicy" not in static["spec"]
-    elastic = build_manifest("pytorchjob", "cuda11.7-efa", 3, "p4d.24xlarge", IMAGE, COMMAND,
-                             fabric="efa", elastic=(2, 4))
+    elastic = k8s("pytorchjob", "cuda11.7-efa", 3, "p4d.24xlarge", "--elastic", "2:4")
     assert list(elastic["spec"]["pytorchReplicaSpecs"]) == ["Worker"]
     assert elastic["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 3
     policy = elastic["spec"]["elasticPolicy"]
     assert (policy["minReplicas"], policy["maxReplicas"], policy["rdzvBackend"]) == (2, 4, "c10d")
-    single = build_manifest("pytorchjob", "cpu-tcp", 1, "c5n.18xlarge", IMAGE, COMMAND)
+    single = k8s("pytorchjob", "cpu-tcp", 1, "c5n.18xlarge")
     assert list(single["spec"]["pytorchReplicaSpecs"]) == ["Master"]
 
 
 def test_mpijob_workers_start_through_the_entrypoint():
-    manifest = build_manifest("mpijob", "cuda11.7-efa", 2, "p4d.24xlarge", IMAGE, COMMAND,
-                              fabric="efa", mounts=MOUNTS)
+    manifest = k8s("mpijob", "cuda11.7-efa", 2, "p4d.24xlarge", *MOUNTS[:4])
     spec = manifest["spec"]
     assert spec["slotsPerWorker"] == 8 and spec["mpiImplementation"] == "OpenMPI"
     assert spec["sshAuthMountPath"] == "/root/.ssh"
@@ -154,7 +162,7 @@ def test_mpijob_workers_start_through_the_entrypoint():
 
 
 def test_the_schema_check_rejects_what_the_api_server_would():
-    manifest = build_manifest("mpijob", "cpu-tcp", 2, "c5n.18xlarge", IMAGE, COMMAND)
+    manifest = k8s("mpijob", "cpu-tcp", 2, "c5n.18xlarge")
     manifest["spec"]["mpiImplementation"] = "MVAPICH"
     del manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"]
     found = crds.errors(manifest)
@@ -162,7 +170,7 @@ def test_the_schema_check_rejects_what_the_api_server_would():
     assert any("containers/0: 'name' is a required property" in e for e in found), found
     with pytest.raises(UserError, match="MPIJob fails its CRD schema"):
         crds.validate(manifest)
-    trainjob = build_manifest("trainjob", "cpu-tcp", 2, "c5n.18xlarge", IMAGE, COMMAND)
+    trainjob = k8s("trainjob", "cpu-tcp", 2, "c5n.18xlarge")
     trainjob["spec"]["trainer"]["numNodes"] = "two"
     assert crds.errors(trainjob) == ["spec/trainer/numNodes: 'two' is not of type 'integer'"]
 
@@ -176,10 +184,12 @@ def test_bad_elastic_bounds(text, nodes, words):
 
 
 def test_digest_and_kind_are_required():
-    with pytest.raises(UserError, match="by digest"):
-        build_manifest("mpijob", "cpu-tcp", 2, "c5n.18xlarge", "repo/x:latest", COMMAND)
-    with pytest.raises(UsageError, match="only a pytorchjob"):
-        build_manifest("trainjob", "cpu-tcp", 2, "c5n.18xlarge", IMAGE, COMMAND, elastic=(1, 2))
+    unpinned = ["--stack", "cpu-tcp", "--nodes", "2", "--instance-type", "c5n.18xlarge",
+                "--image-uri", "repo/x:latest"]
+    assert "--image-uri 'repo/x:latest' has no digest" in one_line(
+        k8s_cli("--kind", "mpijob", *unpinned, command=COMMAND), 2)
+    assert "--elastic 1:2: only --kind pytorchjob has elastic bounds" in one_line(
+        k8s_cli("--kind", "trainjob", *PAIR, "--elastic", "1:2", command=COMMAND), 2)
 
 
 # --- invoke k8s as users call it -----------------------------------------------------------------
@@ -255,13 +265,12 @@ def test_k8s_without_a_command_or_kind(tmp_path):
 def test_each_elastic_manifest_has_a_rendezvous_id_of_its_own():
     """The operator sets PET_RDZV_ID only from elasticPolicy.rdzvId (training-operator
     elastic.go); without one, every job's torchrun uses the id "none"."""
-    first, second = (build_manifest("pytorchjob", "cuda11.7-efa", 3, "p4d.24xlarge", IMAGE,
-                                    COMMAND, fabric="efa", elastic=(2, 4))
+    first, second = (k8s("pytorchjob", "cuda11.7-efa", 3, "p4d.24xlarge", "--elastic", "2:4")
                      for _ in range(2))
     ids = [m["spec"]["elasticPolicy"]["rdzvId"] for m in (first, second)]
     assert all(re.fullmatch(r"mnp-cuda11-7-efa-[0-9a-f]{8}", i) for i in ids), ids
     assert ids[0] != ids[1]
-    static = build_manifest("pytorchjob", "cuda11.7-efa", 3, "p4d.24xlarge", IMAGE, COMMAND)
+    static = k8s("pytorchjob", "cuda11.7-efa", 3, "p4d.24xlarge")
     assert "elasticPolicy" not in static["spec"]
 
 
@@ -281,7 +290,7 @@ def test_a_trainjob_states_the_trainer_release_it_needs(tmp_path):
     assert manifest["spec"]["runtimePatches"]  # what the requirement is about
     assert "runtimePatches" in crds.schema("TrainJob")["properties"]["spec"]["properties"]
     for kind in ("pytorchjob", "mpijob"):  # their operators' APIs have no such field to lose
-        other = build_manifest(kind, "cpu-tcp", 2, "c5n.18xlarge", IMAGE, COMMAND)
+        other = k8s(kind, "cpu-tcp", 2, "c5n.18xlarge")
         assert "annotations" not in other["metadata"]
 
 

@@ -15,6 +15,7 @@ fixed a ``$`` followed by a multi-byte character; before it the byte was read al
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -25,7 +26,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from matrix.jobs.k8s import KINDS, build_manifest, k8s_literal
+from matrix.jobs.k8s import KINDS, k8s_literal
+from tests.helpers import written
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cuda@sha256:" + "b" * 64
@@ -132,12 +134,16 @@ def _containers(manifest: dict) -> list[tuple[list[str], dict[str, str]]]:
 @given(st.lists(WORDS.filter(bool), min_size=1, max_size=4), st.sampled_from(sorted(KINDS)),
        WORDS)
 def test_every_container_gets_the_command_and_env_as_typed(command, kind, value):
-    manifest = build_manifest(kind, "cpu-tcp", 2, "c5n.18xlarge", IMAGE, command,
-                              env={"MNP_EXPORT_ENV": "X", "USER_VALUE": value})
+    """What ``invoke k8s`` writes for any command and the one env value a user types
+    (``--launcher-args``, shell-quoted: the entrypoint splits it like a shell)."""
+    typed = shlex.quote(value)
+    manifest = written("k8s", "--kind", kind, "--stack", "cpu-tcp", "--nodes", "2",
+                       "--instance-type", "c5n.18xlarge", "--image-uri", IMAGE,
+                       "--launcher-args", typed, command=command)
     for args, env in _containers(manifest):
         kubelet = mapping_func_for(env)  # the container's own variables, as the kubelet uses
         assert [expand(word, kubelet) for word in args] == command
-        assert expand(env["USER_VALUE"], kubelet) == value
+        assert expand(env["MNP_LAUNCHER_ARGS"], kubelet) == typed
 
 
 def test_invoke_k8s_writes_args_the_container_gets_word_for_word(tmp_path):

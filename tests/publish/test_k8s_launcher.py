@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from matrix.jobs.k8s import build_manifest
+from tests.helpers import written
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cuda@sha256:" + "b" * 64
@@ -28,8 +28,9 @@ def launcher_plan(tmp_path: Path, hostname: str = "mnp-launcher",
                   hosts: str = "mnp-worker-0.mnp slots=8\nmnp-worker-1.mnp slots=8\n") -> dict:
     """The entrypoint's dry-run plan (JSON) in the generated launcher's environment, with the
     operator's variables (K_MPI_JOB_ROLE, the hostfile) of kubeflow/mpi-operator's launcher."""
-    manifest = build_manifest("mpijob", "cuda11.7-efa", 2, "p4d.24xlarge", IMAGE,
-                              ["/opt/nccl-tests/bin/all_reduce_perf"], fabric="efa")
+    manifest = written("k8s", "--kind", "mpijob", "--stack", "cuda11.7-efa", "--nodes", "2",
+                       "--instance-type", "p4d.24xlarge", "--image-uri", IMAGE,
+                       command=["/opt/nccl-tests/bin/all_reduce_perf"])
     pod = manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
     env = {e["name"]: e["value"].replace("$$", "$") for e in pod["containers"][0]["env"]}
     hostfile = tmp_path / "hostfile"

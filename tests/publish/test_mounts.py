@@ -20,8 +20,7 @@ import yaml
 from botocore.validate import validate_parameters
 
 from matrix.errors import UsageError, UserError
-from matrix.jobs.jobdef import build_job_definition, validate_job_definition
-from matrix.jobs.k8s import build_manifest
+from matrix.jobs.jobdef import validate_job_definition
 from matrix.jobs.mounts import (
     Claim,
     Mount,
@@ -32,10 +31,13 @@ from matrix.jobs.mounts import (
     parse_mount,
     pyxis_mounts,
 )
-from matrix.jobs.sbatch import build_sbatch_script
+from tests.helpers import written
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cpu-tcp@sha256:" + "d" * 64
+PAIR = ("--stack", "cpu-tcp", "--nodes", "2", "--instance-type", "c5n.18xlarge", "--image-uri",
+        IMAGE)
+MOUNTS = ("--mount", "/fsx:/fsx", "--mount", "/fsx/ds:/data:ro")
 REGISTER = botocore.session.get_session().get_service_model("batch").operation_model(
     "RegisterJobDefinition").input_shape
 
@@ -94,10 +96,11 @@ def test_one_mount_reads_the_same_under_every_scheduler():
     assert pyxis_mounts(mounts) == "/fsx:/fsx,/fsx/ds:/data:ro"
     assert docker_binds(mounts) == {"/fsx": {"bind": "/fsx", "mode": "rw"},
                                     "/fsx/ds": {"bind": "/data", "mode": "ro"}}
-    script = build_sbatch_script("cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["true"], mounts=mounts)
+    # what the tasks write for the same --mount words
+    script = written("sbatch", *PAIR, *MOUNTS, command=["true"])
     assert "--container-mounts=/fsx:/fsx,/fsx/ds:/data:ro" in script
-    manifest = build_manifest("mpijob", "cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["true"],
-                              mounts=mounts, claims=claims)
+    manifest = written("k8s", "--kind", "mpijob", *PAIR, *MOUNTS, "--pvc", "fsx-pvc:/shared",
+                       command=["true"])
     pod = manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
     assert {"name": "mount-1", "hostPath": {"path": "/fsx/ds", "type": "Directory"}} in pod["volumes"]
     assert {"name": "pvc-0", "persistentVolumeClaim": {"claimName": "fsx-pvc",
@@ -107,9 +110,7 @@ def test_one_mount_reads_the_same_under_every_scheduler():
 
 
 def test_job_definition_mounts_validate_against_the_batch_model():
-    mounts = [parse_mount("/fsx:/fsx"), parse_mount("/fsx/ds:/data:ro")]
-    definition = build_job_definition("cpu-tcp", 2, "c5n.18xlarge", IMAGE, mounts=mounts,
-                                      command=["python3", "/fsx/train.py"])
+    definition = written("jobdef", *PAIR, *MOUNTS, command=["python3", "/fsx/train.py"])
     validate_parameters(definition, REGISTER)  # botocore's own check, raises on a mismatch
     container = definition["nodeProperties"]["nodeRangeProperties"][0]["container"]
     assert container["volumes"][1] == {"name": "mount-1", "host": {"sourcePath": "/fsx/ds"}}

@@ -24,14 +24,10 @@ from botocore.validate import validate_parameters
 from entrypoint.core import errors
 from matrix.errors import UserError
 from matrix.jobs import crds
-from matrix.jobs.jobdef import (
-    HOST_FAILURE_REASON,
-    definition_for_stack,
-    retry_strategy,
-)
-from matrix.jobs.k8s import KINDS, build_manifest
+from matrix.jobs.jobdef import HOST_FAILURE_REASON, retry_strategy
+from matrix.jobs.k8s import KINDS
 from matrix.jobs.spec import DEFAULT_ATTEMPTS
-from tests.helpers import one_line, project_matrix
+from tests.helpers import one_line, project_matrix, written, written_for_pair
 
 ROOT = Path(__file__).resolve().parents[2]
 MATRIX = project_matrix()
@@ -41,6 +37,7 @@ REGISTER = botocore.session.get_session().get_service_model("batch").operation_m
     "RegisterJobDefinition").input_shape
 HOST_GONE = "Host EC2 (instance i-0123456789abcdef0) terminated."
 ESSENTIAL = "Essential container in task exited"
+COMMAND = ["python3", "t.py"]
 
 
 def batch_action(strategy: dict, exit_code: int | None, status_reason: str = ESSENTIAL,
@@ -59,7 +56,8 @@ def batch_action(strategy: dict, exit_code: int | None, status_reason: str = ESS
 
 @pytest.mark.parametrize(("stack", "instance_type"), PAIRS, ids=[f"{s}@{i}" for s, i in PAIRS])
 def test_every_declared_pair_gets_a_valid_retry_strategy(stack, instance_type):
-    definition = definition_for_stack(MATRIX.stack(stack), 2, instance_type, IMAGE)
+    definition = written_for_pair("jobdef", "--stack", stack, "--nodes", "2", "--instance-type",
+                                  instance_type, "--image-uri", IMAGE, command=COMMAND)
     validate_parameters(definition, REGISTER)
     strategy = definition["retryStrategy"]
     assert strategy["attempts"] == DEFAULT_ATTEMPTS
@@ -88,7 +86,8 @@ def test_the_retry_rules_use_the_entrypoints_code_and_batchs_host_reason():
 
 NO_AWS = {"DOCKER_HOST": "unix:///nonexistent/docker.sock", "AWS_CONFIG_FILE": "/nonexistent",
           "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", "AWS_EC2_METADATA_DISABLED": "true"}
-PAIR = ["--nodes", "2", "--instance-type", "c5n.18xlarge", "--image-uri", IMAGE]
+PAIR = ["--stack", "cpu-tcp", "--nodes", "2", "--instance-type", "c5n.18xlarge", "--image-uri",
+        IMAGE]
 
 
 def task(name: str, *args: str) -> subprocess.CompletedProcess:
@@ -151,11 +150,17 @@ def operator_runs(manifest: dict, code: int) -> int:
 @pytest.mark.parametrize(("stack", "instance_type"), PAIRS, ids=[f"{s}@{i}" for s, i in PAIRS])
 def test_every_pytorchjob_runs_at_most_its_attempts(stack, instance_type):
     """Issue 32: with ExitCode the operator recreated a pod that ended 137 or 139 without end."""
-    for elastic in (None, (1, 4)):
+    for elastic in ((), ("--elastic", "1:4")):
         for attempts in (1, 3):
-            manifest = build_manifest("pytorchjob", stack, 2, instance_type, IMAGE, ["t"],
-                                      fabric=MATRIX.stack(stack).fabric, elastic=elastic,
-                                      attempts=attempts)
+            try:
+                manifest = written_for_pair(
+                    "k8s", "--kind", "pytorchjob", "--stack", stack, "--nodes", "2",
+                    "--instance-type", instance_type, "--image-uri", IMAGE, "--attempts",
+                    str(attempts), *elastic, command=COMMAND)
+            except UserError as refusal:
+                # a stack without PyTorch: only torchrun joins an elastic job's rendezvous
+                assert elastic and "only --launcher torchrun joins it" in str(refusal), refusal
+                continue
             assert crds.errors(manifest) == []  # strictly, against the vendored CRD
             for code in (errors.INFRASTRUCTURE_EXIT, 137, 139, errors.CONFIGURATION_EXIT, 3):
                 assert operator_runs(manifest, code) == attempts, (attempts, code)
@@ -163,7 +168,7 @@ def test_every_pytorchjob_runs_at_most_its_attempts(stack, instance_type):
 
 @pytest.mark.parametrize("kind", sorted(set(KINDS) - {"pytorchjob"}))
 def test_kinds_without_an_exit_code_policy_do_not_retry_and_refuse_attempts(tmp_path, kind):
-    manifest = build_manifest(kind, "cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["t"])
+    manifest = written("k8s", "--kind", kind, *PAIR, command=COMMAND)
     assert crds.errors(manifest) == []
     if kind == "mpijob":
         assert manifest["spec"]["runPolicy"]["backoffLimit"] == 0

@@ -21,22 +21,22 @@ from pathlib import Path
 import pytest
 
 from matrix.errors import UserError
-from matrix.jobs.mounts import Mount
-from matrix.jobs.sbatch import (
-    DEFAULT_MAX_ATTEMPTS,
-    ENTRYPOINT,
-    REQUEUE_EXIT_CODES,
-    build_sbatch_script,
-    directives,
-    enroot_image,
-)
+from matrix.jobs.sbatch import ENTRYPOINT, REQUEUE_EXIT_CODES, directives, enroot_image
+from matrix.jobs.spec import DEFAULT_ATTEMPTS
 from matrix.model.instances import get_instance_type
-from tests.helpers import one_line, project_matrix
+from tests.helpers import one_line, project_matrix, written
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "c" * 64
 IMAGE = f"123456789012.dkr.ecr.us-east-1.amazonaws.com/mnp/cuda@{DIGEST}"
 COMMAND = ["python3", "-c", "import sys; print('a b', sys.argv)", "it's", "$HOME", "*"]
+
+
+def sbatch(stack: str, nodes: int, instance_type: str, *options: str, command: list[str]) -> str:
+    """The script ``invoke sbatch --stack STACK --nodes N --instance-type T --image-uri IMAGE
+    OPTIONS -- COMMAND`` writes (tests.helpers.written: the task's own steps, in this process)."""
+    return written("sbatch", "--stack", stack, "--nodes", str(nodes), "--instance-type",
+                   instance_type, "--image-uri", IMAGE, *options, command=command)
 
 
 def srun_line(script: str) -> str:
@@ -64,9 +64,8 @@ def exports(script: str) -> dict[str, str]:
 
 
 def test_mpirun_layout_one_task_per_gpu_with_pmix():
-    mounts = [Mount("/fsx", "/fsx"), Mount("/scratch/ds", "/data", read_only=True)]
-    script = build_sbatch_script("cuda11.7-efa", 4, "p4d.24xlarge", IMAGE, COMMAND,
-                                 fabric="efa", mounts=mounts)
+    script = sbatch("cuda11.7-efa", 4, "p4d.24xlarge", "--mount", "/fsx:/fsx", "--mount",
+                    "/scratch/ds:/data:ro", command=COMMAND)
     assert script.startswith("#!/bin/bash\n")
     assert directives(script) == {"--job-name": "mnp-cuda11.7-efa", "--nodes": "4",
                                   "--ntasks-per-node": "8", "--gpus-per-node": "8",
@@ -90,12 +89,13 @@ def test_pyxis_never_runs_the_image_entrypoint_and_the_jobs_settings_win():
     """pyxis runs the ENTRYPOINT only once per node, at the container's start and without the
     job's variables, and lets the image's ENV win over names not in --container-env
     (tests/integration/test_slurm_pyxis.py runs these scripts through the pyxis play)."""
-    script = build_sbatch_script("cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["python3", "t.py"],
-                                 launcher="torchrun", env={"NCCL_DEBUG": "INFO"})
+    script = sbatch("cpu-tcp", 2, "c5n.18xlarge", "--launcher", "torchrun", "--launcher-args",
+                    "--master_port 29600", command=["python3", "t.py"])
     words = srun_words(script)
     assert "--container-entrypoint" not in words and "--no-container-entrypoint" in words
     (listed,) = [w.split("=", 1)[1] for w in words if w.startswith("--container-env=")]
-    assert listed.split(",") == sorted(exports(script)) and "NCCL_DEBUG" in listed
+    assert listed.split(",") == sorted(exports(script)) and "MNP_LAUNCHER_ARGS" in listed
+    assert exports(script)["MNP_LAUNCHER_ARGS"] == "--master_port 29600"
     assert words[-3:] == [ENTRYPOINT, "python3", "t.py"]
 
 
@@ -103,8 +103,8 @@ def test_pyxis_never_runs_the_image_entrypoint_and_the_jobs_settings_win():
     ("torchrun", "srun"), ("deepspeed", "srun"), ("torch.distributed.launch", "srun"),
     ("none", "srun"), ("mpirun", "mpirun")])
 def test_per_node_launchers_get_one_task_per_node(launcher, ranks):
-    script = build_sbatch_script("cuda11.7-efa", 2, "p4d.24xlarge", IMAGE, ["python3", "t.py"],
-                                 launcher=launcher, ranks=ranks)
+    script = sbatch("cuda11.7-efa", 2, "p4d.24xlarge", "--launcher", launcher, "--ranks", ranks,
+                    command=["python3", "t.py"])
     assert directives(script)["--ntasks-per-node"] == "1"
     assert directives(script)["--gpus-per-node"] == "8"
     words = srun_words(script)
@@ -121,8 +121,8 @@ def test_per_node_launchers_get_one_task_per_node(launcher, ranks):
 def test_the_step_secret_is_made_when_the_script_runs_and_differs_per_run(tmp_path):
     """The secret is 64 hex digits made by the batch script on the host, never at submit time
     (sbatch would keep a submitted value in the job's record)."""
-    script = build_sbatch_script("cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["true"],
-                                 launcher="mpirun", ranks="mpirun")
+    script = sbatch("cpu-tcp", 2, "c5n.18xlarge", "--launcher", "mpirun", "--ranks", "mpirun",
+                    command=["true"])
     lines = "\n".join(line for line in script.splitlines()
                       if "MNP_SECRET" in line and not line.startswith(" "))  # not srun's
     shown = "set -euo pipefail\n" + lines + "\nbash -c 'echo $MNP_SECRET'"  # what srun's tasks get
@@ -141,18 +141,8 @@ def test_the_step_secret_is_made_when_the_script_runs_and_differs_per_run(tmp_pa
         assert proc.stderr.splitlines() == [last], proc.stderr
 
 
-@pytest.mark.parametrize(("launcher", "ranks", "words"), [
-    ("mpirun", "ssh", "--ranks 'ssh': expected one of srun, mpirun"),
-    ("torchrun", "mpirun", "--ranks mpirun: only for --launcher mpirun"),
-])
-def test_ranks_option_mistakes(launcher, ranks, words):
-    with pytest.raises(UserError, match=words):
-        build_sbatch_script("cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["true"], launcher=launcher,
-                            ranks=ranks)
-
-
 def test_cpu_instance_asks_for_no_gpus_and_a_rank_per_core():
-    script = build_sbatch_script("cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["true"])
+    script = sbatch("cpu-tcp", 2, "c5n.18xlarge", command=["true"])
     assert "--gpus-per-node" not in directives(script)
     assert directives(script)["--ntasks-per-node"] == str(
         get_instance_type("c5n.18xlarge").slots_per_node())
@@ -176,8 +166,7 @@ def test_enroot_image_needs_a_digest():
 def test_the_script_is_valid_bash_and_bash_reads_the_command_word_for_word(tmp_path):
     """bash parses the whole script, and bash itself splits the srun line into the words that
     reach srun: the command is there as typed, whatever quotes or $ it holds."""
-    script = build_sbatch_script("cpu-tcp", 2, "c5n.18xlarge", IMAGE, COMMAND,
-                                 mounts=[Mount("/fsx", "/fsx")])
+    script = sbatch("cpu-tcp", 2, "c5n.18xlarge", "--mount", "/fsx:/fsx", command=COMMAND)
     path = tmp_path / "job.sbatch"
     path.write_text(script)
     assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
@@ -197,9 +186,10 @@ STUBS = {  # srun ends with the status the test gives; scontrol records how it w
 }
 
 
-def run_script(tmp_path: Path, status: int, restarts: str | None, **kwargs) -> tuple[int, str]:
-    """The whole generated script, run by bash with stand-ins for srun and scontrol on PATH:
-    ``(the script's exit status, what scontrol was asked)``."""
+def run_script(tmp_path: Path, status: int, restarts: str | None,
+               *options: str) -> tuple[int, str]:
+    """The whole script ``invoke sbatch OPTIONS`` writes, run by bash with stand-ins for srun
+    and scontrol on PATH: ``(the script's exit status, what scontrol was asked)``."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     for name, text in STUBS.items():
@@ -207,8 +197,7 @@ def run_script(tmp_path: Path, status: int, restarts: str | None, **kwargs) -> t
         (bin_dir / name).chmod(0o755)
     log = tmp_path / f"scontrol-{status}-{restarts}.log"
     script = tmp_path / "job.sbatch"
-    script.write_text(build_sbatch_script("cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["true"],
-                                          **kwargs))
+    script.write_text(sbatch("cpu-tcp", 2, "c5n.18xlarge", *options, command=["true"]))
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42",
            "STUB_STATUS": str(status), "STUB_LOG": str(log)}
     if restarts is not None:
@@ -220,8 +209,8 @@ def run_script(tmp_path: Path, status: int, restarts: str | None, **kwargs) -> t
 
 @pytest.mark.parametrize(("status", "restarts", "requeued"), [
     (REQUEUE_EXIT_CODES[0], None, True),  # first run (Slurm sets no SLURM_RESTART_COUNT)
-    (REQUEUE_EXIT_CODES[0], str(DEFAULT_MAX_ATTEMPTS - 2), True),  # attempts are left
-    (REQUEUE_EXIT_CODES[0], str(DEFAULT_MAX_ATTEMPTS - 1), False),  # the last attempt
+    (REQUEUE_EXIT_CODES[0], str(DEFAULT_ATTEMPTS - 2), True),  # attempts are left
+    (REQUEUE_EXIT_CODES[0], str(DEFAULT_ATTEMPTS - 1), False),  # the last attempt
     (3, None, False),  # the user's command failed: a requeue would fail the same way
     (1, None, False),
     (0, None, False),
@@ -234,10 +223,10 @@ def test_an_infrastructure_exit_code_requeues_the_job_while_attempts_are_left(
 
 
 def test_the_attempts_bound_is_the_scripts_and_one_attempt_never_requeues(tmp_path):
-    assert run_script(tmp_path, REQUEUE_EXIT_CODES[0], "1", max_attempts=3)[1] == "requeue 42\n"
-    assert run_script(tmp_path, REQUEUE_EXIT_CODES[0], None, max_attempts=1)[1] == ""
-    with pytest.raises(UserError, match="at least once"):
-        build_sbatch_script("cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["true"], max_attempts=0)
+    """``--attempts 0`` is refused by the task (test_sbatch_mistakes_are_one_line)."""
+    assert run_script(tmp_path, REQUEUE_EXIT_CODES[0], "1", "--attempts", "3")[1] == \
+        "requeue 42\n"
+    assert run_script(tmp_path, REQUEUE_EXIT_CODES[0], None, "--attempts", "1")[1] == ""
 
 
 MATRIX = project_matrix()
@@ -248,8 +237,8 @@ PAIRS = [(name, instance) for name, stack in MATRIX.stacks.items() for instance 
 def test_every_declared_pair_makes_a_script_bash_accepts(stack, instance_type, tmp_path):
     s = MATRIX.stack(stack)
     row = get_instance_type(instance_type)
-    script = build_sbatch_script(stack, 2, instance_type, IMAGE, ["python3", "train.py"],
-                                 fabric=s.fabric, mounts=[Mount("/fsx", "/fsx")])
+    script = sbatch(stack, 2, instance_type, "--mount", "/fsx:/fsx",
+                    command=["python3", "train.py"])
     found = directives(script)
     assert found.get("--gpus-per-node") == (str(row.gpus) if row.gpus else None)
     assert found["--ntasks-per-node"] == str(row.slots_per_node())
@@ -285,12 +274,12 @@ def test_sbatch_writes_the_script(tmp_path):
 def test_sbatch_attempts_option(tmp_path):
     """``--attempts`` reaches the script's requeue bound; the default is jobdef's (2)."""
     target = tmp_path / "job.sbatch"
-    for args, bound in ((["--attempts", "4"], 4), ([], DEFAULT_MAX_ATTEMPTS)):
+    for args, bound in ((["--attempts", "4"], 4), ([], DEFAULT_ATTEMPTS)):
         target.unlink(missing_ok=True)
         proc = sbatch_cli(*PAIR, *args, "--output", str(target), command=COMMAND)
         assert proc.returncode == 0, proc.stderr
         assert f"max_attempts={bound}\n" in target.read_text()
-    assert DEFAULT_MAX_ATTEMPTS == 2
+    assert DEFAULT_ATTEMPTS == 2
 
 
 @pytest.mark.parametrize(("args", "code", "words"), [
@@ -378,28 +367,29 @@ def test_slurm_accepts_the_directives(docker_client, cpu_tcp_image, tmp_path, st
 def test_launcher_none_refuses_a_launcher_command_on_several_nodes(command, fix):
     """Issue 32: the refusal of a pasted mpirun line used to suggest none, which ran three
     unwired mpiruns, one per node."""
-    with pytest.raises(UserError) as caught:
-        build_sbatch_script("cuda11.7-efa", 3, "p4d.24xlarge", IMAGE, command, launcher="none")
-    line = str(caught.value)
-    assert line.startswith(f"--launcher none with a command that starts {command[0]} itself: "
+    line = one_line(sbatch_cli("--stack", "cuda11.7-efa", "--nodes", "3", "--instance-type",
+                               "p4d.24xlarge", "--image-uri", IMAGE, "--launcher", "none",
+                               command=command), 2)
+    assert line.startswith(f"error: --launcher none with a command that starts {command[0]} "
+                           "itself: "
                            "under Slurm every task runs the command as is, so 3 nodes would "
                            f"each start {command[0]} alone"), line
     assert fix in line and "\n" not in line
 
 
 def test_launcher_none_runs_a_program_in_every_task_and_a_launcher_on_one_node():
-    script = build_sbatch_script("cpu-tcp", 3, "c5n.18xlarge", IMAGE, ["python3", "t.py"],
-                                 launcher="none")
+    script = sbatch("cpu-tcp", 3, "c5n.18xlarge", "--launcher", "none",
+                    command=["python3", "t.py"])
     assert exports(script)["MNP_LAUNCHER"] == "none"
-    one = build_sbatch_script("cpu-tcp", 1, "c5n.18xlarge", IMAGE, ["mpirun", "python3", "t.py"],
-                              launcher="none")
+    one = sbatch("cpu-tcp", 1, "c5n.18xlarge", "--launcher", "none",
+                 command=["mpirun", "python3", "t.py"])
     assert srun_words(one)[-3:] == ["mpirun", "python3", "t.py"]
 
 
 def test_the_script_states_the_pyxis_it_needs():
     """Issue 32: --container-env needs pyxis >= 0.15.0, which the script says before its srun."""
-    script = build_sbatch_script("cpu-tcp", 2, "c5n.18xlarge", IMAGE, ["python3", "t.py"],
-                                 launcher="torchrun")
+    script = sbatch("cpu-tcp", 2, "c5n.18xlarge", "--launcher", "torchrun",
+                    command=["python3", "t.py"])
     head = script.split("\nsrun ")[0]
     assert ("# Needs pyxis >= 0.15.0 (the first with --container-env: "
             "https://github.com/NVIDIA/pyxis/releases/tag/v0.15.0)") in head
