@@ -123,7 +123,28 @@ class Option:
             what = self.what or self.flag[2:].replace("-", " ")
             raise UsageError(f"{self.flag} {excerpt(text)}: no {what} of that name"
                              f"{did_you_mean(text, known)} ({what}s: {', '.join(sorted(known))})")
+        self._as_the_entrypoint_reads_it(text)
         return text
+
+    def _as_the_entrypoint_reads_it(self, text: str) -> None:
+        """The value of an option that sets an ``MNP_*`` variable, read by that setting's own
+        reader in the entrypoint's table (entrypoint/settings/config.py): what every node would
+        refuse at start (``--launcher-args="'"``: no closing quotation) is refused here, in one
+        line naming the option."""
+        if not self.variable:
+            return
+        from entrypoint.core.errors import ConfigError
+        from entrypoint.settings.config import TABLE
+
+        setting = next((s for s in TABLE if s.name == self.variable), None)
+        if setting is None:
+            return
+        try:
+            setting.load({self.variable: text})
+        except ConfigError as exc:
+            said = str(exc).split(": ", 1)[-1]
+            raise UsageError(f"{self.flag} {excerpt(text)}: {said} (as the entrypoint reads "
+                             f"{self.variable})") from None
 
     def _number(self, raw: Any) -> int:
         if isinstance(raw, bool):

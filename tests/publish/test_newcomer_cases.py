@@ -49,7 +49,13 @@ def test_k8s_takes_launcher_name_and_namespace():
     (["run", "--nodes", "2", "--late-node", "5"], "--late-node 5: a node index from 0 to 1"),
     (["k8s", "--kind", "mpijob", *JOB, "--image-uri", IMAGE_URI, "--attempts", "2"],
      "--attempts 2: a mpijob cannot retry by exit code"),
-], ids=["image-uri-digest", "secret-without-role", "k8s-name", "late-node", "mpijob-attempts"])
+    # what every node's entrypoint would refuse at start, said by the option that sets it
+    (["k8s", "--kind", "pytorchjob", *JOB, "--image-uri", IMAGE_URI, "--launcher-args='"],
+     "--launcher-args \"'\": cannot be split like a shell: No closing quotation"),
+    (["sbatch", *JOB, "--launcher-args='"],
+     "--launcher-args \"'\": cannot be split like a shell: No closing quotation"),
+], ids=["image-uri-digest", "secret-without-role", "k8s-name", "late-node", "mpijob-attempts",
+        "k8s-launcher-args-unsplittable", "sbatch-launcher-args-unsplittable"])
 def test_a_value_found_wrong_after_parsing_is_usage_exit_2(args, words):
     line = one_line(invoke(*args, "--", "python3", "train.py"), 2)
     assert words in line, line
