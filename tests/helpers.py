@@ -163,15 +163,17 @@ def written_for_pair(task: str, *words: str, command: Sequence[str]) -> Any:
     return written(task, *words, "--launcher", "none", command=command)
 
 
-def stacks_with(tmp_path: Path, targets: dict[str, str]) -> Path:
-    """The project's stacks file with each named stack's instances list replaced (the text
-    edited where it stands, so every other line reads as it does in stacks.yaml)."""
+def stacks_with(tmp_path: Path, targets: dict[str, str], key: str = "instances") -> Path:
+    """The project's stacks file with each named stack's flow-style ``key`` value replaced,
+    ``instances: [...]`` by default or ``ci: {runner: ...}`` with ``key="ci"`` (the text edited
+    where it stands, so every other line reads as it does in stacks.yaml)."""
+    opening, closing = {"instances": ("instances: [", "]\n"), "ci": ("ci: {runner: ", "}\n")}[key]
     text = (Path(__file__).resolve().parent.parent / "stacks.yaml").read_text(encoding="utf-8")
-    for stack, instances in targets.items():
+    for stack, value in targets.items():
         start = text.index(f"\n  {stack}:\n")
-        line = text.index("    instances: [", start)
-        end = text.index("]\n", line)
-        text = text[:line] + f"    instances: [{instances}" + text[end:]
+        line = text.index(f"    {opening}", start)
+        end = text.index(closing, line)
+        text = text[:line] + f"    {opening}{value}" + text[end:]
     path = tmp_path / "stacks.yaml"
     path.write_text(text, encoding="utf-8")
     return path

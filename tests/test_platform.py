@@ -64,22 +64,9 @@ def test_a_stack_on_a_type_of_another_architecture_is_invalid_with_the_rule(tmp_
         f"[rule class {RULE}: {rule.why}; source: {rule.source}]"]
 
 
-def _with_runners(tmp_path: Path, runners: dict[str, str]) -> Path:
-    """The project's stacks file with each named stack's ``ci: {runner: ...}`` line replaced."""
-    text = (ROOT / "stacks.yaml").read_text(encoding="utf-8")
-    for stack, runner in runners.items():
-        start = text.index(f"\n  {stack}:\n")
-        line = text.index("    ci: {runner: ", start)
-        end = text.index("}\n", line)
-        text = text[:line] + f"    ci: {{runner: {runner}" + text[end:]
-    path = tmp_path / "stacks.yaml"
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
 def test_a_stack_whose_ci_runner_is_of_another_architecture_is_invalid_with_the_rule(tmp_path):
-    stacks = _with_runners(tmp_path, {"cpu-tcp-arm64": "ubuntu-24.04",
-                                      "cpu-mpi": "ubuntu-22.04-arm"})
+    stacks = stacks_with(tmp_path, {"cpu-tcp-arm64": "ubuntu-24.04",
+                                    "cpu-mpi": "ubuntu-22.04-arm"}, key="ci")
     proc = invoke("stacks", "--stacks", str(stacks), "--json")
     assert one_line(proc, 1) == f"error: 2 stack(s) in {stacks} break compatibility rules"
     rows = {row["name"]: row for row in json.loads(proc.stdout)["stacks"]}
@@ -113,7 +100,7 @@ def test_every_known_runner_label_is_in_the_rules_source():
 
 
 def test_an_unknown_ci_runner_label_is_refused_in_one_line_naming_the_key(tmp_path):
-    stacks = _with_runners(tmp_path, {"cpu-tcp-arm64": "ubuntu-24.04-arm64"})
+    stacks = stacks_with(tmp_path, {"cpu-tcp-arm64": "ubuntu-24.04-arm64"}, key="ci")
     line = one_line(invoke("stacks", "--stacks", str(stacks)), 1)
     row = next(n for n, text in enumerate(stacks.read_text().splitlines(), 1)
                if "ubuntu-24.04-arm64" in text)
