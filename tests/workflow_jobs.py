@@ -32,6 +32,8 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+# Where node IDs start: pyproject's testpaths.
+TEST_ROOTS = ("tests/", "images/")
 MATRIX_VALUE = re.compile(r"\$\{\{\s*matrix\.([A-Za-z0-9_-]+)\s*\}\}")
 
 # The stand-in for python/python3/pytest: record pytest's arguments as one JSON line.
@@ -266,13 +268,11 @@ def collected(arg_lists: list[tuple[str, ...]]) -> list[set[str]]:
     for args, (code, output) in zip(arg_lists, answers):
         if code not in (0, 5):  # 5: the selection is empty, which is reported later
             raise AssertionError(f"pytest {' '.join(args)} does not collect:\n{output[-2000:]}")
-        found.append({line for line in output.splitlines() if "::" in line})
+        # node IDs only: the skip ledger's own lines ("declared skip not seen: tests/x.py::*")
+        # name tests too
+        found.append({line for line in output.splitlines()
+                      if "::" in line and line.startswith(TEST_ROOTS)})
     return found
-
-
-# The tests only ci.yml's scheduled lane runs on GitHub: the arm64 build under emulation (marker
-# `emulated`), too long for a pull request's budget; `invoke check` runs them here.
-SCHEDULED_ONLY = ("-m", "emulated")
 
 
 @functools.cache
@@ -289,11 +289,17 @@ def ci_collections() -> tuple[dict[PytestRun, set[str]], set[str]]:
     return dict(zip(runs, each)), everything
 
 
-@functools.cache
-def scheduled_only() -> set[str]:
-    """The tests marked for the scheduled lane only (SCHEDULED_ONLY)."""
-    (found,) = collected([SCHEDULED_ONLY])
-    return found
+def emulated_only(selected: dict[PytestRun, set[str]]) -> set[str]:
+    """What the scheduled lane's run of the tests marked ``emulated`` selects (ci.yml's job
+    emulated-arm64: the arm64 build under qemu, beyond a pull request's budget)."""
+    def marker(args: tuple[str, ...]) -> str:
+        return args[args.index("-m") + 1] if "-m" in args[:-1] else ""
+
+    runs = [nodes for run, nodes in selected.items()
+            if run.scheduled and marker(run.args) == "emulated"]
+    if len(runs) != 1:
+        raise AssertionError(f"expected one scheduled pytest run with -m emulated, found {len(runs)}")
+    return runs[0]
 
 
 def tree_modules() -> set[str]:
