@@ -120,17 +120,13 @@ def job_for(task: str, *words: str, command: Sequence[str],
     test of many variations costs milliseconds each; a test of a refusal's exit status or of
     ``--output`` runs the task itself. ``settings``: ``MNP_*`` values no option of the task sets
     (a test cluster's smaller nodes), given to every node as the options' own are."""
-    from matrix.cli import options as cli_options
-    from matrix.cli.jobtasks import refuse_stops
+    from matrix.cli.jobtasks import refuse_stops, request
     from matrix.jobs import writers
-    from matrix.jobs.request import job_request
 
-    writer = writers.for_task(task)
-    values = writer.task_options().parse(typed_options(task, words))
-    matrix = (project_matrix() if values["stacks"] == "stacks.yaml"
-              else cli_options.load(values["stacks"]))
-    job = job_request(writer, values, list(command), matrix,
-                      cli_options.one_stack(matrix, values["stack"]))
+    typed = typed_options(task, words)
+    project = typed.get("stacks", "stacks.yaml") == "stacks.yaml"
+    job, _ = request(writers.for_task(task), typed, command,
+                     matrix=project_matrix() if project else None)
     if settings:
         job = replace(job, settings=job.settings + tuple(settings.items()))
     refuse_stops(job)

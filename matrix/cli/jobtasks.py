@@ -25,6 +25,7 @@ from matrix.jobs.runopts import Option, RunOpts
 if TYPE_CHECKING:
     from matrix.jobs.request import JobRequest
     from matrix.jobs.writer import Writer
+    from matrix.model.entities import Matrix
 
 JOB_COMMAND_EXAMPLE = "-- python3 train.py"
 
@@ -86,10 +87,12 @@ def explain_options() -> RunOpts:
 
 def request(writer: Writer, typed: Mapping[str, Any], command: Sequence[str], *,
             options: RunOpts | None = None, scheduler: str | None = None,
-            placeholder: Sequence[str] = ()) -> tuple[JobRequest, dict[str, Any]]:
+            placeholder: Sequence[str] = (),
+            matrix: Matrix | None = None) -> tuple[JobRequest, dict[str, Any]]:
     """The job ``writer``'s task writes for the typed options and ``command``, and the parsed
     values. ``placeholder`` stands in for a missing command (explain); without one a missing
-    command is a usage error."""
+    command is a usage error. ``matrix``: the stacks file ``--stacks`` names, already loaded
+    (a caller writing many jobs from one file loads it once)."""
     from matrix.jobs.request import job_request
 
     values = (options or writer.task_options()).parse(dict(typed))
@@ -97,7 +100,7 @@ def request(writer: Writer, typed: Mapping[str, Any], command: Sequence[str], *,
         raise UsageError(f"give the training command after --, e.g. invoke {writer.task} "
                          f"--nodes {values['nodes']} --instance-type {values['instance_type']} "
                          f"{JOB_COMMAND_EXAMPLE} (it becomes {writer.what}, word for word)")
-    matrix = cli_options.load(values["stacks"])
+    matrix = matrix or cli_options.load(values["stacks"])
     stack = cli_options.one_stack(matrix, values["stack"])
     job = job_request(writer, values, list(command or placeholder), matrix, stack, scheduler)
     return job, values
