@@ -88,12 +88,14 @@ def write_stacks(folder: Path, repo: str, layers: list[dict[str, str]]) -> Path:
 
 def forget(docker_client, repo: str, image_ids: list[str]) -> None:
     """Remove every local tag naming ``repo`` (registry-named ones too) and the test records
-    this module wrote to the project's state folder."""
+    this module wrote to the project's state folder. The untagged parents stay: they are the
+    engine's build cache, so the next run's build of the same layers takes seconds (the build
+    is still the real one, every instruction checked against its cache), not a minute of apt."""
     import docker.errors
 
     for tag in repository_tags(docker_client, repo):
         with contextlib.suppress(docker.errors.APIError):  # gone with another tag
-            docker_client.images.remove(tag)
+            docker_client.images.remove(tag, noprune=True)
     for image_id in image_ids:
         (DEFAULT_STATE_DIR / f"{image_id.split(':', 1)[1]}.json").unlink(missing_ok=True)
 
