@@ -6,5 +6,6 @@ LABEL io.github.mnp-stacks.component.entrypoint="0.1.0"
 COPY entrypoint/ /opt/mnp/lib/entrypoint/
 COPY mnp-entrypoint /usr/local/bin/mnp-entrypoint
 RUN chmod 0755 /usr/local/bin/mnp-entrypoint \
+ && python3 -m compileall -q /opt/mnp/lib/entrypoint \
  && PYTHONPATH=/opt/mnp/lib python3 -c 'import entrypoint'
 ENTRYPOINT ["/usr/local/bin/mnp-entrypoint"]
