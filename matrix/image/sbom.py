@@ -349,8 +349,39 @@ def document(matrix: Matrix, stack: Stack, image: str, image_id: str,
 
 
 # Run by schema_error in a fresh interpreter: prints the first schema error, or nothing.
+#
+# jsonschema's iri and iri-reference checks call one function of rfc3987_syntax,
+# is_valid_syntax(term, value), which parses with one Earley parser of the package's grammar
+# (jsonschema/_format.py; rfc3987_syntax/syntax_helpers.py, `syntax_parser`). Importing the
+# package builds that parser and 37 more for functions jsonschema never calls: 2 to 3 s of CPU,
+# most of each validation (and of `invoke sbom`). So the script first provides the module with
+# that one function over that one parser, from the installed package's own grammar file and the
+# same Lark options; without the grammar file (another release) it imports the package as is.
 VALIDATE = """
 import sys
+from importlib.util import find_spec
+from pathlib import Path
+
+spec = find_spec("rfc3987_syntax")
+grammar = Path(spec.origin).with_name("syntax_rfc3987.lark") if spec and spec.origin else None
+if grammar is not None and grammar.is_file():
+    import types
+    from lark import Lark, exceptions
+
+    parser = Lark(grammar.read_text(encoding="utf-8"), parser="earley",
+                  start=["iri", "iri_reference", "absolute_iri"])
+
+    def is_valid_syntax(term, value):
+        try:
+            parser.parse(value, start=term)
+            return True
+        except exceptions.LarkError:
+            return False
+
+    module = types.ModuleType("rfc3987_syntax")
+    module.is_valid_syntax = is_valid_syntax
+    sys.modules["rfc3987_syntax"] = module
+
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(sys.stdin.read())
