@@ -39,6 +39,19 @@ def test_the_suite_caches_bytecode_and_prints_as_it_goes_whatever_the_shell_says
     assert environment == {"PATH": "/bin", "PYTHONUNBUFFERED": "1"}
 
 
+def test_the_workers_variable_never_reaches_an_entrypoint_the_tests_start():
+    """MNP_CHECK_WORKERS=5 ./dev invoke check failed 8 entrypoint tests: the entrypoint refuses
+    an MNP_* variable that is none of its settings, and the tests start it with the suite's
+    environment."""
+    environment = {suite.WORKERS_VARIABLE: "5", "PATH": "/bin"}
+    suite.prepare_environment(environment)
+    assert suite.WORKERS_VARIABLE not in environment
+    proc = subprocess.run([sys.executable, "-m", "entrypoint", "true"], cwd=ROOT,
+                          env={**os.environ, "MNP_DRY_RUN": "1",
+                               suite.WORKERS_VARIABLE: "5"}, capture_output=True, text=True)
+    assert proc.returncode == 2 and suite.WORKERS_VARIABLE in proc.stderr  # why it must go
+
+
 def test_the_closing_line_is_pytests_count():
     text = "...\n== 1 failed, 30 passed, 2 skipped, 1 error in 9.00s ==\n"
     assert suite.summed(text) == "30 passed, 1 failed, 2 skipped, 1 errors"
