@@ -28,7 +28,7 @@ from matrix.image import sbom  # noqa: E402
 from matrix.model.loader import load_matrix  # noqa: E402
 
 # The baseline: the validation without the module provided first.
-PLAIN = sbom.VALIDATE[sbom.VALIDATE.index("from cyclonedx.schema"):]
+PLAIN = "import sys\n" + sbom.VALIDATE[sbom.VALIDATE.index("from cyclonedx.schema"):]
 
 
 def child_cpu(script: str, text: str) -> tuple[float, str]:
