@@ -199,18 +199,25 @@ def _base_container(instance: InstanceType, image_uri: str, effective_fabric: st
     return container
 
 
+def _check_secret_and_role(secret_arn: str | None, execution_role_arn: str | None) -> None:
+    """Each ARN of its kind, and a secret only with the execution role Batch reads it with."""
+    if secret_arn:
+        _check_secret(secret_arn)
+        if not execution_role_arn:
+            raise UsageError("--secret-arn needs --execution-role-arn: Batch reads secrets with "
+                             "the job's execution role")
+    if execution_role_arn:
+        _check_role(execution_role_arn, "--execution-role-arn")
+
+
 def _add_secret_and_roles(container: dict[str, Any], secret_arn: str | None,
                           execution_role_arn: str | None, job_role_arn: str | None) -> None:
     """Set the container's ``secrets`` and IAM roles, refusing a secret without an execution role."""
+    _check_secret_and_role(secret_arn, execution_role_arn)
     if secret_arn:
-        container["secrets"] = [{"name": SECRET_ENV_NAME, "valueFrom": _check_secret(secret_arn)}]
-        if not execution_role_arn:
-            raise UsageError(
-                "--secret-arn needs --execution-role-arn: Batch reads secrets with the "
-                "job's execution role"
-            )
+        container["secrets"] = [{"name": SECRET_ENV_NAME, "valueFrom": secret_arn}]
     if execution_role_arn:
-        container["executionRoleArn"] = _check_role(execution_role_arn, "--execution-role-arn")
+        container["executionRoleArn"] = execution_role_arn
     if job_role_arn:
         container["jobRoleArn"] = _check_role(job_role_arn, "--job-role-arn")
 
@@ -452,13 +459,7 @@ class BatchWriter(Writer):
         """The secret and roles checked as Batch takes them (a secret needs the role that reads
         it), before anything else is looked at."""
         secret, role = values.get("secret_arn"), values.get("execution_role_arn")
-        if secret:
-            _check_secret(secret)
-            if not role:
-                raise UsageError("--secret-arn needs --execution-role-arn: Batch reads secrets "
-                                 "with the job's execution role")
-        if role:
-            _check_role(role, "--execution-role-arn")
+        _check_secret_and_role(secret, role)
         return Prepared(values["launcher"], BatchOptions(secret, role), values["attempts"])
 
     def action(self, values: dict[str, Any]) -> Any:

@@ -122,11 +122,13 @@ def mnp_environment(
     }
     for name, value in (extra or {}).items():
         if not _ENV_NAME.match(name):
-            raise UserError(f"--env {name!r}: not a valid environment variable name")
+            raise UserError(f"environment variable {name!r}: not a valid variable name")
         if name.startswith("AWS_BATCH_"):
-            raise UserError(f"--env {name}: the AWS_BATCH_ prefix is reserved by AWS Batch")
+            raise UserError(f"environment variable {name}: the AWS_BATCH_ prefix is reserved by AWS "
+                            "Batch")
         if name == SECRET_ENV_NAME:
-            raise UserError(f"--env {name}: pass the secret with --secret-arn, not in plain text")
+            raise UserError(f"environment variable {name}: pass the secret with --secret-arn, not "
+                            "in plain text")
         env[name] = str(value)
     return env
 
@@ -202,7 +204,7 @@ def check_pinned(image_uri: str) -> None:
 def check_fabric(instance: InstanceType, fabric: str | None) -> None:
     """``efa`` only where the instance has an EFA interface to pass in."""
     if fabric == "efa" and not instance.has_efa:
-        raise UserError(f"--fabric efa: {instance.name} has no EFA interface")
+        raise UserError(f"fabric efa: {instance.name} has no EFA interface")
 
 
 def check_attempts(attempts: int) -> None:
@@ -277,7 +279,7 @@ class JobSpec:
         if self.elastic is not None:
             low, high = self.elastic
             check_elastic(low, high, self.nodes, f"{low}:{high}")
-        self.environment()  # a bad --env name is refused here, before any writer runs
+        self.environment()  # a bad variable name is refused here, before any writer runs
 
     @classmethod
     def of(cls, stack: Stack, instance_type: str, nodes: int, image_uri: str, launcher: str,

@@ -193,16 +193,17 @@ def test_bad_input_is_one_clear_line_and_exit_2(tmp_path, args, words):
 
 
 @pytest.mark.parametrize(("env", "fabric", "message"), [
-    ({"AWS_BATCH_JOB_ID": "x"}, None, r"--env AWS_BATCH_JOB_ID: .*reserved"),
+    ({"AWS_BATCH_JOB_ID": "x"}, None, r"^environment variable AWS_BATCH_JOB_ID: .*reserved"),
     ({"MNP_SECRET": "x"}, None, r"--secret-arn"),
-    ({"1BAD": "x"}, None, r"not a valid environment variable name"),
-    ({}, "efa", r"--fabric efa: p3.16xlarge has no EFA"),
+    ({"1BAD": "x"}, None, r"^environment variable '1BAD': not a valid variable name"),
+    ({}, "efa", r"^fabric efa: p3.16xlarge has no EFA"),
 ])
 def test_a_job_spec_refuses_variables_and_a_fabric_no_writer_may_write(env, fabric, message):
     """Variables beyond the MNP_* settings and a fabric other than the stack's reach a JobSpec
     from no option of any task (invoke jobdef's come from its options' declared variables, its
     fabric from the stack, which the pair check holds to the instance), but every writer renders
-    only a spec that passed these checks."""
+    only a spec that passed these checks. So the refusals name the variable and the fabric,
+    not an option no task has (``--env``, ``--fabric``)."""
     stack = MATRIX.stack("cuda10.1-tcp")
     with pytest.raises(UserError, match=message) as failure:
         replace(JobSpec.of(stack, "p3.16xlarge", 2, IMAGE, "mpirun", COMMAND, env=env),
