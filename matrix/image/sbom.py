@@ -357,7 +357,7 @@ def document(matrix: Matrix, stack: Stack, image: str, image_id: str,
 # most of each validation (and of `invoke sbom`). So the script first provides the module with
 # that one function over that one parser, from the installed package's own grammar file and the
 # same Lark options; without the grammar file (another release) it imports the package as is.
-VALIDATE = """
+IRI_PARSER = """
 import sys
 from importlib.util import find_spec
 from pathlib import Path
@@ -381,12 +381,16 @@ if grammar is not None and grammar.is_file():
     module = types.ModuleType("rfc3987_syntax")
     module.is_valid_syntax = is_valid_syntax
     sys.modules["rfc3987_syntax"] = module
-
+"""
+# The validation itself: the first schema error, or nothing.
+CHECK = """
+import sys
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(sys.stdin.read())
 print("" if error is None else str(error))
 """
+VALIDATE = IRI_PARSER + CHECK
 
 
 def schema_error(text: str) -> str:
