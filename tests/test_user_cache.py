@@ -1,6 +1,6 @@
 """What a command remembers in the user's cache folder (matrix/model/settings.py ``user_cache``)
-to be faster next time: schema passes (matrix/model/schema.py) and compiled templates
-(matrix/image/render.py). Each is checked for the speed it exists for and for never changing an
+to be faster next time: schema passes (matrix/model/schema.py), compiled templates
+(matrix/image/render.py) and the Kubeflow CRDs' schemas as JSON (matrix/jobs/crds.py). Each is checked for the speed it exists for and for never changing an
 answer: an edited file is checked again, and a cache that cannot be written changes nothing."""
 
 from __future__ import annotations
@@ -110,3 +110,46 @@ def test_lint_fails_on_a_finding_and_lints_a_file_that_passed_only_once(tmp_path
     with pytest.raises(AttributeError):  # an edited file is linted: the stand-in returns None
         hadolint.check([good], config)
     assert len(started) == 1
+
+
+def test_crd_schemas_come_from_the_cache_as_the_vendored_files_give_them(tmp_path, monkeypatch):
+    """The served ``openAPIV3Schema`` of each vendored CRD, parsed once and then read from the
+    user's cache (no YAML parsed), equal to the YAML's; a broken cache file or a cache that
+    cannot be written means the YAML is parsed again."""
+    from matrix.jobs import crds
+    from matrix.model import yamlsrc
+
+    def served(crd: crds.Crd) -> dict:
+        document = yamlsrc.load_shipped((crds.SCHEMAS / crd.file).read_text(encoding="utf-8"))
+        group = document["spec"]["group"]
+        (found,) = [v["schema"]["openAPIV3Schema"] for v in document["spec"]["versions"]
+                    if f"{group}/{v['name']}" == crd.api_version and v.get("served")]
+        return found
+
+    def fresh(kind: str) -> dict:
+        crds.schema.cache_clear()  # the process's own cache: each call reads again
+        return crds.schema(kind)
+
+    want = {kind: served(crd) for kind, crd in crds.CRDS.items()}
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    try:
+        assert {kind: fresh(kind) for kind in crds.CRDS} == want
+        folder = tmp_path / "cache" / "mnp-stacks" / crds.CACHE
+        files = sorted(folder.iterdir())
+        assert len(files) == len(crds.CRDS)
+
+        def no_yaml(text):
+            raise AssertionError("parsed a CRD's YAML with its schema in the cache")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(crds.yamlsrc, "load_shipped", no_yaml)
+            assert {kind: fresh(kind) for kind in crds.CRDS} == want
+        files[0].write_text('{"type": "obj', encoding="utf-8")  # cut short
+        assert {kind: fresh(kind) for kind in crds.CRDS} == want
+        assert sorted(folder.iterdir()) == files  # written again, nothing else left
+        blocked = tmp_path / "a-file"
+        blocked.write_text("")
+        monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+        assert {kind: fresh(kind) for kind in crds.CRDS} == want
+    finally:
+        crds.schema.cache_clear()
