@@ -151,7 +151,7 @@ def show_stacks(stacks_file: str, as_json: bool = False, names_only: bool = Fals
         emit_json({"file": str(matrix.path), "default_stack": default_stack(matrix),
                    "stacks": rows})
     else:
-        _print_blocks(matrix, rows, console.width)
+        _print_blocks(matrix, rows, console().width)
     bad = sum(not row["valid"] for row in rows)
     if bad:
         raise UserError(f"{bad} stack(s) in {matrix.path} break compatibility rules")
@@ -310,7 +310,7 @@ def show_plan(stacks_file: str, stacks: Any, all_stacks: bool, as_json: bool = F
             if data["engine"]:
                 cells.append("yes" if row["present"] else "-")
             table.add_row(*cells)
-        console.print(table)
+        console().print(table)
     total = len(data["layers"])
     shared = sum(len(r["stacks"]) > 1 for r in data["layers"])
     if data["engine"]:

@@ -44,7 +44,7 @@ def build(stacks_file: str, stacks: Any, all_stacks: bool, registry: str | None,
     names = pick_stacks(matrix, stacks, all_stacks)
     plan(matrix, names, engine=None)  # a stack that breaks a rule fails before the engine starts
     bundle = ca.resolve(ca_bundle)
-    out = make_console(stderr=True) if as_json else console
+    out = make_console(stderr=True) if as_json else console()
     client = engine.ensure()
     builder.ensure_bases(client, matrix, names, out, pull=pull_bases)
     result = plan(matrix, names, engine=client)
@@ -133,7 +133,7 @@ def test_stack(stacks_file: str, stacks: Any, all_stacks: bool, to_stderr: bool 
     for name in names:
         try:
             testing.run_stack_tests(client, result, name,
-                                    console=make_console(stderr=True) if to_stderr else console,
+                                    console=make_console(stderr=True) if to_stderr else console(),
                                     again=again)
         except UserError as exc:
             if len(names) == 1:

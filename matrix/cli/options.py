@@ -21,9 +21,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from entrypoint import launchers as launcher_units
 from entrypoint.core.limits import MAX_NODES
@@ -31,18 +29,28 @@ from matrix.errors import UsageError, UserError, did_you_mean, excerpt
 from matrix.model.entities import Matrix
 from matrix.model.settings import GENERATED, ROOT
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 F = TypeVar("F", bound=Callable[..., Any])
 # Tables fit the terminal, or COLUMNS, or 100 columns when piped (CI logs); they never fold a tag.
 PIPED_COLUMNS = 100
 
 
 def make_console(stderr: bool = False) -> Console:
+    # rich is imported by the tasks that print tables or progress: the job writers' tasks print
+    # plain text, and importing rich.console took 0.04 s of each of them
+    from rich.console import Console
+
     stream = sys.stderr if stderr else sys.stdout
     fixed = None if stream.isatty() or os.environ.get("COLUMNS") else PIPED_COLUMNS
     return Console(highlight=False, width=fixed, stderr=stderr)
 
 
-console = make_console()
+@functools.cache
+def console() -> Console:
+    """The console on stdout, made by the first task that prints to it."""
+    return make_console()
 LAUNCHERS = tuple(launcher_units.NAMES)  # MNP_LAUNCHER values: the entrypoint's launcher units
 BUILD_METADATA = ROOT / ".mnp" / "build-metadata.json"
 
