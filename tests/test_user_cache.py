@@ -1,7 +1,8 @@
 """What a command remembers in the user's cache folder (matrix/model/settings.py ``user_cache``)
 to be faster next time: schema passes (matrix/model/schema.py), compiled templates
-(matrix/image/render.py) and the Kubeflow CRDs' schemas as JSON (matrix/jobs/crds.py). Each is checked for the speed it exists for and for never changing an
-answer: an edited file is checked again, and a cache that cannot be written changes nothing."""
+(matrix/image/render.py) and the Kubeflow CRDs' schemas as JSON (matrix/jobs/crds.py). Each is
+checked for the speed it exists for and for never changing an answer: an edited file is checked
+again, and a cache that cannot be written changes nothing."""
 
 from __future__ import annotations
 
