@@ -158,10 +158,13 @@ def test_deepspeed_names_rank_5_on_node_2_and_its_exception(docker_client, clust
 def test_invoke_run_interrupted_ends_with_a_line_naming_the_signal(cpu_tcp_image, signum):
     """Ctrl-C (SIGINT) or SIGTERM to ``invoke run`` while the job runs: the signal is passed to
     the main node, whose last line names it; the other nodes are stopped; 130 or 143."""
+    # PYTHONFAULTHANDLER: a process still there after the signal is sent SIGABRT, and Python
+    # prints where each of its threads is (seen once under a loaded suite: invoke run still
+    # running 120 s after SIGINT, where its own bounds add up to about 70 s)
     proc = subprocess.Popen([sys.executable, "-m", "invoke", "run", "--stack", "cpu-tcp",
                              "--nodes", "3", "--env", "MNP_HEALTH=off", "--", "sleep", "600"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, env=dict(os.environ, PYTHONFAULTHANDLER="1"))
     seen = []
     try:
         deadline = time.monotonic() + 300
@@ -171,7 +174,14 @@ def test_invoke_run_interrupted_ends_with_a_line_naming_the_signal(cpu_tcp_image
                 break
         time.sleep(2)
         proc.send_signal(signum)
-        rest, _ = proc.communicate(timeout=120)
+        try:
+            rest, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            dump, _ = proc.communicate(timeout=30)
+            pytest.fail(f"invoke run still running 120 s after {signal.Signals(signum).name}; "
+                        "its threads:\n" + "\n".join(seen[-20:]) + "\n"
+                        + dump.decode(errors="replace")[-6000:])
     finally:
         if proc.poll() is None:
             proc.kill()
