@@ -51,6 +51,8 @@ def make_console(stderr: bool = False) -> Console:
 def console() -> Console:
     """The console on stdout, made by the first task that prints to it."""
     return make_console()
+
+
 LAUNCHERS = tuple(launcher_units.NAMES)  # MNP_LAUNCHER values: the entrypoint's launcher units
 BUILD_METADATA = ROOT / ".mnp" / "build-metadata.json"
 
