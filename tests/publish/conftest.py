@@ -193,36 +193,35 @@ def _build(client, dockerfile: str, tag: str) -> str:
 # What the push tests claim (what is sent, retried, refused, reported) does not depend on the
 # layer's size.
 SHELL_BASE = "mnp-test-shell-base:1"
-SHELL_BASE_DOCKERFILE = """\
+
+
+def copy_base_dockerfile(debian: str, binaries: tuple[str, ...], files: tuple[str, ...] = ()) -> str:
+    """A one-layer image of ``binaries`` with the libraries they load and ``files``, copied
+    from ``debian``; /bin/sh and /bin/bash are its bash."""
+    return f"""\
 FROM {debian} AS debian
-RUN mkdir /shell && cp --parents /usr/bin/bash /shell \\
- && for lib in $(ldd /usr/bin/bash | grep -o '/[^ ]*'); do cp -L --parents "$lib" /shell; done \\
+RUN mkdir /shell && for bin in {' '.join(binaries)}; do cp --parents "$bin" /shell \\
+ && for lib in $(ldd "$bin" | grep -o '/[^ ]*'); do cp -L --parents "$lib" /shell; done; done \\
+ && for file in {' '.join(files)}; do cp --parents "$file" /shell; done \\
  && mkdir /shell/bin && ln -s /usr/bin/bash /shell/bin/bash && ln -s /usr/bin/bash /shell/bin/sh
 FROM scratch
 COPY --from=debian /shell/ /
 """
+
+
 # The SBOM push test's base: the shell base plus cat and debian:bookworm's package database
 # (/var/lib/dpkg/status), which is what the SBOM reads of a Debian image (matrix/image/sbom.py
 # runs ``cat /var/lib/dpkg/status`` in a container of it), in one layer of about 5 MB. Pushing
 # debian:bookworm itself cost dockerd 17.6 s of CPU (2026-11-29). That the SBOM lists what a real
 # image holds is test_sbom.py's cpu-tcp test.
 DPKG_BASE = "mnp-test-dpkg-base:1"
-DPKG_BASE_DOCKERFILE = """\
-FROM {debian} AS debian
-RUN mkdir /shell && for bin in /usr/bin/bash /usr/bin/cat; do cp --parents "$bin" /shell \\
- && for lib in $(ldd "$bin" | grep -o '/[^ ]*'); do cp -L --parents "$lib" /shell; done; done \\
- && cp --parents /var/lib/dpkg/status /shell \\
- && mkdir /shell/bin && ln -s /usr/bin/bash /shell/bin/bash && ln -s /usr/bin/bash /shell/bin/sh
-FROM scratch
-COPY --from=debian /shell/ /
-"""
 
 
 @pytest.fixture(scope="session")
 def shell_base(docker_client, base_image) -> str:
     """A base image holding only bash (``SHELL_BASE``), built from ``base_image`` (cached by the
     engine after the first build)."""
-    _build(docker_client, SHELL_BASE_DOCKERFILE.format(debian=base_image), SHELL_BASE)
+    _build(docker_client, copy_base_dockerfile(base_image, ("/usr/bin/bash",)), SHELL_BASE)
     return SHELL_BASE
 
 
@@ -253,7 +252,8 @@ def chain(docker_client, shell_base) -> Iterator[Chain]:
 def debian_chain(docker_client, base_image) -> Iterator[Chain]:
     """A two-layer chain on ``DPKG_BASE`` (built from ``base_image``), for what reads the
     Debian packages."""
-    _build(docker_client, DPKG_BASE_DOCKERFILE.format(debian=base_image), DPKG_BASE)
+    _build(docker_client, copy_base_dockerfile(base_image, ("/usr/bin/bash", "/usr/bin/cat"),
+                                              ("/var/lib/dpkg/status",)), DPKG_BASE)
     yield from _chain(docker_client, DPKG_BASE)
 
 
