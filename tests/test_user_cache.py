@@ -1,6 +1,7 @@
 """What a command remembers in the user's cache folder (matrix/model/settings.py ``user_cache``)
 to be faster next time: schema passes (matrix/model/schema.py), compiled templates
-(matrix/image/render.py) and the Kubeflow CRDs' schemas as JSON (matrix/jobs/crds.py). Each is
+(matrix/image/render.py), the Kubeflow CRDs' schemas as JSON (matrix/jobs/crds.py) and checked
+YAML files parsed, as JSON (matrix/model/yamlsrc.py). Each is
 checked for the speed it exists for and for never changing an answer: an edited file is checked
 again, and a cache that cannot be written changes nothing."""
 
@@ -154,3 +155,48 @@ def test_crd_schemas_come_from_the_cache_as_the_vendored_files_give_them(tmp_pat
         assert {kind: fresh(kind) for kind in crds.CRDS} == want
     finally:
         crds.schema.cache_clear()
+
+
+def test_a_checked_file_is_read_parsed_from_the_cache_and_an_edit_is_parsed_again(tmp_path,
+                                                                                   monkeypatch):
+    """stacks.yaml, once it passed its schema, comes to the next load from the user's cache (no
+    YAML composed) with the same data and the same lines; an edited file is parsed again; a file
+    that fails its schema, and data JSON would change (a mapping key that is not a string), leave
+    nothing there; an entry cut short is parsed again."""
+    from matrix.model import yamlsrc
+    from matrix.model.loader import load_matrix
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    folder = tmp_path / "cache" / "mnp-stacks" / yamlsrc.PARSED
+    stacks = tmp_path / "stacks.yaml"
+    text = (ROOT / "stacks.yaml").read_text(encoding="utf-8")
+    stacks.write_text(text, encoding="utf-8")
+    first = load_matrix(stacks).located
+    entry = folder / yamlsrc._cache_name(text)
+    assert not first.from_cache and entry.is_file()
+
+    def parsed_again() -> yamlsrc.Located:
+        with monkeypatch.context() as patched:
+            patched.setattr(yamlsrc, "_BoundedLoader", None)  # composing would raise TypeError
+            return load_matrix(stacks).located
+
+    again = parsed_again()
+    assert again.from_cache and (again.data, again.lines) == (first.data, first.lines)
+    assert again.where(("stacks", "cpu-tcp", "base")) == first.where(("stacks", "cpu-tcp", "base"))
+    other = text.replace("repository: mnp-stacks", "repository: mnp-other", 1)
+    stacks.write_text(other, encoding="utf-8")
+    edited = load_matrix(stacks).located
+    assert not edited.from_cache and edited.data["repository"] == "mnp-other"
+    assert (folder / yamlsrc._cache_name(other)).is_file()
+    failing = text.replace("repository: mnp-stacks", "repository: 7", 1)
+    stacks.write_text(failing, encoding="utf-8")
+    with pytest.raises(UserError, match="repository: expected string"):
+        load_matrix(stacks)
+    assert not (folder / yamlsrc._cache_name(failing)).exists()
+    int_keys = "{1: one}\n"
+    yamlsrc.loads(int_keys, tmp_path / "int-keys.yaml").remember()
+    assert not (folder / yamlsrc._cache_name(int_keys)).exists()
+    entry.write_text('{"data": {"reposit', encoding="utf-8")  # cut short
+    stacks.write_text(text, encoding="utf-8")
+    assert not load_matrix(stacks).located.from_cache
+    assert parsed_again().from_cache  # written whole again

@@ -20,11 +20,10 @@ api-concepts/#field-validation). :func:`strict` writes that rule into the schema
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -34,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from matrix.errors import UserError
 from matrix.model import yamlsrc
 from matrix.model.schema import jsonschema_library
-from matrix.model.settings import user_cache
+from matrix.model.settings import cached_json, remember_text
 
 if TYPE_CHECKING:
     import jsonschema
@@ -73,37 +72,18 @@ def schema(kind: str) -> dict[str, Any]:
     crd = CRDS[kind]
     raw = (SCHEMAS / crd.file).read_bytes()
     key = f"{hashlib.sha256(raw).hexdigest()}-{crd.api_version.replace('/', '-')}.json"
-    cached = user_cache(CACHE) / key
-    try:
-        return json.loads(cached.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        pass
+    cached = cached_json(CACHE, key)
+    if isinstance(cached, dict):
+        return cached
     document = yamlsrc.load_shipped(raw.decode("utf-8"))
     group = document["spec"]["group"]
     for version in document["spec"]["versions"]:
         if f"{group}/{version['name']}" == crd.api_version and version.get("served"):
             found = version["schema"]["openAPIV3Schema"]
-            _remember(cached, found)
+            with contextlib.suppress(TypeError, ValueError):  # a YAML value JSON cannot hold
+                remember_text(CACHE, key, json.dumps(found, separators=(",", ":")))
             return found
     raise UserError(f"{crd.file}: no served version {crd.api_version}")
-
-
-def _remember(path: Path, found: dict[str, Any]) -> None:
-    """Write ``found`` to ``path`` whole or not at all (a temporary file renamed into place, so
-    a concurrent reader never sees half of it); a cache that cannot be written is skipped."""
-    try:
-        text = json.dumps(found, separators=(",", ":"))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                out.write(text)
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
-    except (OSError, TypeError, ValueError):  # TypeError: a YAML value JSON cannot hold
-        pass
 
 
 # ObjectMeta's fields (https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/

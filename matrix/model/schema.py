@@ -101,10 +101,10 @@ def _pass_key(*parts: Any) -> str:
 def check_schema(located: yamlsrc.Located, schema_name: str) -> None:
     """Raise the first schema error (in document order) as ``file:line: key: problem``."""
     key = _pass_key("document", schema(schema_name), located.data)
-    if passed_before(PASSES, key):
-        return
-    _first_schema_error(located, schema_name)
-    remember_pass(PASSES, key)
+    if not passed_before(PASSES, key):
+        _first_schema_error(located, schema_name)
+        remember_pass(PASSES, key)
+    located.remember()
 
 
 def _first_schema_error(located: yamlsrc.Located, schema_name: str) -> None:

@@ -9,8 +9,11 @@ variables, in the order pip reads them).
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 IMAGES = ROOT / "images"
@@ -50,3 +53,31 @@ def default_ca_bundle() -> Path | None:
         if value:
             return Path(value)
     return None
+
+
+def cached_json(folder: str, name: str) -> Any:
+    """The JSON value :func:`remember_text` wrote under ``name`` in ``user_cache(folder)``;
+    None when there is none or it cannot be read or parsed (the caller computes it again)."""
+    try:
+        return json.loads((user_cache(folder) / name).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def remember_text(folder: str, name: str, text: str) -> None:
+    """Write ``text`` to ``user_cache(folder)/name`` whole or not at all: a temporary file renamed
+    into place, so a concurrent reader never sees half of it. A cache that cannot be written
+    (read-only home, disk full) is skipped: the next command computes it again."""
+    path = user_cache(folder) / name
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.replace(temporary, path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+    except OSError:
+        pass
