@@ -14,11 +14,12 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from alternate import alternate
 
 ROOT = Path(__file__).resolve().parent.parent
 # The baseline: jsonschema imported with every format module it finds, then the same command.
@@ -44,11 +45,7 @@ def main() -> int:
     project = [sys.executable, "-m", "invoke", *task]
     baseline = [sys.executable, "-c", PLAIN_IMPORT, *task]
     timed(project), timed(baseline)  # bytecode written, files in the page cache
-    times: dict[str, list[float]] = {"project": [], "baseline": []}
-    for _ in range(args.runs):
-        times["project"].append(timed(project))
-        times["baseline"].append(timed(baseline))
-    project_s, baseline_s = (statistics.median(times[k]) for k in ("project", "baseline"))
+    project_s, baseline_s = alternate(args.runs, lambda: timed(project), lambda: timed(baseline))
     print(f"invoke {args.command}: {project_s:.2f} s (median of {args.runs}); with jsonschema "
           f"imported the plain way first: {baseline_s:.2f} s; ratio {baseline_s / project_s:.1f}x")
     return 0

@@ -16,11 +16,10 @@ Usage: ``python bench/sbom_validate.py [--runs N]``
 from __future__ import annotations
 
 import argparse
-import resource
-import statistics
-import subprocess
 import sys
 from pathlib import Path
+
+from alternate import alternate, child_cpu
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -32,13 +31,10 @@ from matrix.model.loader import load_matrix  # noqa: E402
 PLAIN = sbom.CHECK
 
 
-def child_cpu(script: str, text: str) -> tuple[float, str]:
+def validator_cpu(script: str, text: str) -> tuple[float, str]:
     """CPU seconds of one validator process running ``script`` on ``text``, and its answer."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run([sys.executable, "-c", script], input=text, capture_output=True,
-                          text=True, check=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    used, proc = child_cpu([sys.executable, "-c", script], input=text, capture_output=True,
+                           text=True)
     return used, proc.stdout.strip()
 
 
@@ -51,15 +47,12 @@ def main() -> int:
     text = sbom.document(matrix, stack, "mnp-stacks:cuda10.1-tcp", "sha256:" + "0" * 64, [], [])
     broken = text.replace('"url": "https://', '"url": "https://example.org/a b#', 1)
     for document in (text, broken):  # the same answer from both, valid and not
-        answers = {child_cpu(script, document)[1] for script in (sbom.VALIDATE, PLAIN)}
+        answers = {validator_cpu(script, document)[1] for script in (sbom.VALIDATE, PLAIN)}
         if len(answers) != 1:
             print(f"the two validators disagree: {sorted(answers)}", file=sys.stderr)
             return 1
-    times: dict[str, list[float]] = {"project": [], "baseline": []}
-    for _ in range(args.runs):
-        times["project"].append(child_cpu(sbom.VALIDATE, text)[0])
-        times["baseline"].append(child_cpu(PLAIN, text)[0])
-    project_s, baseline_s = (statistics.median(times[k]) for k in ("project", "baseline"))
+    project_s, baseline_s = alternate(args.runs, lambda: validator_cpu(sbom.VALIDATE, text)[0],
+                                      lambda: validator_cpu(PLAIN, text)[0])
     print(f"one SBOM validation: {project_s:.2f} s of CPU (median of {args.runs}); with "
           f"rfc3987-syntax imported as it comes: {baseline_s:.2f} s; ratio "
           f"{baseline_s / project_s:.1f}x")

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shlex
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from alternate import alternate, child_cpu
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -31,16 +31,19 @@ from matrix.model.settings import user_cache  # noqa: E402
 from matrix.model.yamlsrc import PARSED  # noqa: E402
 
 
-def child_cpu(command: list[str], cache_home: Path) -> float:
-    """User + system CPU seconds of one run of ``command`` with ``XDG_CACHE_HOME=cache_home``."""
+def command_cpu(command: list[str], cache_home: Path) -> float:
+    """CPU seconds of one run of ``command`` with ``XDG_CACHE_HOME=cache_home``."""
     environment = {name: value for name, value in os.environ.items()
                    if name != "PYTHONDONTWRITEBYTECODE"}
     environment["XDG_CACHE_HOME"] = str(cache_home)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(command, cwd=ROOT, env=environment, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, check=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return child_cpu(command, cwd=ROOT, env=environment, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL)[0]
+
+
+def parsing_cpu(command: list[str], cache_home: Path) -> float:
+    """As :func:`command_cpu`, with no parsed file in the cache."""
+    shutil.rmtree(cache_home / "mnp-stacks" / PARSED, ignore_errors=True)
+    return command_cpu(command, cache_home)
 
 
 def main() -> int:
@@ -54,13 +57,9 @@ def main() -> int:
         for home in (cached, parsing):
             if user_cache("").is_dir():
                 shutil.copytree(user_cache(""), home / "mnp-stacks")
-            child_cpu(command, home)  # every other entry written, bytecode and page cache warm
-        times: dict[str, list[float]] = {"cached": [], "parsing": []}
-        for _ in range(args.runs):
-            times["cached"].append(child_cpu(command, cached))
-            shutil.rmtree(parsing / "mnp-stacks" / PARSED, ignore_errors=True)
-            times["parsing"].append(child_cpu(command, parsing))
-    cached_s, parsing_s = (statistics.median(times[k]) for k in ("cached", "parsing"))
+            command_cpu(command, home)  # every other entry written, bytecode and page cache warm
+        cached_s, parsing_s = alternate(args.runs, lambda: command_cpu(command, cached),
+                                        lambda: parsing_cpu(command, parsing))
     print(f"invoke {args.command}: {cached_s:.3f} s of CPU with the checked YAML read from the "
           f"cache, {parsing_s:.3f} s parsing it (medians of {args.runs}); ratio "
           f"{cached_s / parsing_s:.3f}")
