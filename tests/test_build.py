@@ -4,6 +4,7 @@ and the extra CA that must never reach an image. Uses small throwaway stacks for
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 import json
@@ -143,8 +144,9 @@ def test_no_engine_is_a_clear_error(monkeypatch):
         engine.ensure()
 
 
-def test_debian_base_is_bootstrapped_when_missing(docker_client):
-    """No registry: a Debian base that is neither local nor pullable is made with mmdebstrap."""
+def test_debian_base_is_bootstrapped_when_missing(docker_client, monkeypatch):
+    """No registry: a Debian base that is neither local nor pullable is made with mmdebstrap;
+    the local one is then used as it is, until stacks.yaml gives it another recipe."""
     from matrix.image import bootstrap
     from matrix.model.entities import Base
 
@@ -156,6 +158,17 @@ def test_debian_base_is_bootstrapped_when_missing(docker_client):
         out = docker_client.containers.run(name, ["cat", "/etc/debian_version"], remove=True)
         assert out.decode().startswith("12.")
         assert bootstrap.ensure_base(docker_client, base, log=lambda _: None) == "local"
+        # Another recipe (a second component): made again, with a line saying why. The making
+        # itself is what ran above; here only the decision is watched.
+        changed = dataclasses.replace(base, bootstrap={**base.bootstrap,
+                                                       "components": ["main", "contrib"]})
+        said, made = [], []
+        monkeypatch.setattr(bootstrap, "bootstrap", lambda client, wanted: made.append(wanted))
+        assert bootstrap.ensure_base(docker_client, changed, log=said.append) == "bootstrapped"
+        assert made == [changed]
+        assert said == [f"base {name}: bootstrapped by recipe {bootstrap.recipe_digest(base)}, "
+                        f"stacks.yaml now gives {bootstrap.recipe_digest(changed)}; "
+                        "bootstrapping it again"]
     finally:
         with contextlib.suppress(Exception):
             docker_client.images.remove(name)

@@ -10,7 +10,8 @@ enforce a platform either, so :func:`check_architecture` compares every base wit
 
 The bootstrapped root gets the apt and dpkg settings the official
 Debian image carries (:data:`DOCKER_CONFIG`), so no layer keeps apt's caches; a local
-bootstrapped base made before it had them is made again. Other bases (nvidia/cuda, Habana) fail
+bootstrapped base made before it had them, or by another recipe than stacks.yaml now gives (its
+``RECIPE_LABEL``), is made again. Other bases (nvidia/cuda, Habana) fail
 with a line saying what failed and how to provide the image.
 """
 
@@ -103,6 +104,15 @@ def ensure_base(client: docker.DockerClient, base: Base, log=print, pull: bool =
                 f"({str(exc.explanation or exc).splitlines()[0][:200]}); using the local image")
             return "local"
     if _local(client, base.image):
+        made_by = _recipe_of(client, base.image) if base.bootstrap else None
+        if made_by and made_by != recipe_digest(base):
+            # The layers' tags follow the recipe (render.py writes it into the first layer's
+            # Dockerfile): a base made by another one would be built on under tags that claim
+            # this one.
+            log(f"base {base.image}: bootstrapped by recipe {made_by}, stacks.yaml now gives "
+                f"{recipe_digest(base)}; bootstrapping it again")
+            bootstrap(client, base)
+            return "bootstrapped"
         if not base.bootstrap or _has_docker_config(client, base.image):
             return "local"
         log(f"base {base.image}: local copy lacks the official image's apt settings "
@@ -302,6 +312,11 @@ def recipe_digest(base: Base) -> str:
     recipe = {"bootstrap": base.bootstrap, "variant": "minbase", "include": ["ca-certificates"],
               "config": DOCKER_CONFIG, "hooks": [_CLEAN_HOOK]}
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _recipe_of(client: docker.DockerClient, image: str) -> str | None:
+    """The recipe label of a local image bootstrapped here (None for any other image)."""
+    return (client.images.get(image).labels or {}).get(RECIPE_LABEL)
 
 
 def _write_docker_config(root: Path) -> None:
