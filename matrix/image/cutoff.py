@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import time
 from collections.abc import Callable
@@ -37,6 +36,7 @@ import requests
 from docker.errors import APIError, NotFound
 
 from matrix.image import engine
+from matrix.model.settings import write_atomically
 
 # A restarted dockerd answers within seconds; one that stays down costs the failing command no
 # more than this, and the record covers the rest.
@@ -171,15 +171,9 @@ def _folder(state: Path, engine_key: str) -> Path:
 def _record(state: Path, engine_key: str, cut: CutOff) -> bool:
     """Write the record whole or not at all (a temporary file renamed over); False when it
     cannot be written (the fault's line then says the container is left)."""
-    folder = _folder(state, engine_key)
-    path = folder / f"{cut.container}.json"
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        temporary.write_text(json.dumps(asdict(cut)), encoding="utf-8")
-        os.replace(temporary, path)
+        write_atomically(_folder(state, engine_key) / f"{cut.container}.json",
+                         json.dumps(asdict(cut)))
         return True
     except OSError:
-        with contextlib.suppress(OSError):
-            temporary.unlink(missing_ok=True)
         return False

@@ -28,16 +28,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from matrix.errors import UserError
-from matrix.model.settings import ROOT, user_cache
+from matrix.model.settings import ROOT, user_cache, write_atomically
 
 PROJECT_ROOT = ROOT
 DEFAULT_STATE_DIR = PROJECT_ROOT / ".mnp" / "test-results"
@@ -90,22 +88,13 @@ def _now() -> str:
 
 
 def _write(path: Path, data: dict, state_dir: Path) -> None:
-    """Write ``data`` as JSON atomically (temporary file + rename), so a concurrent reader never
-    sees a half-written record; a state folder that cannot be written is one UserError."""
+    """Write ``data`` as JSON whole or not at all (``write_atomically``), so a concurrent reader
+    never sees a half-written record; a state folder that cannot be written is one UserError."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        write_atomically(path, json.dumps(data, indent=2) + "\n")
     except OSError as exc:
         raise UserError(f"cannot write test records to {state_dir}: {exc.strerror or exc} "
                         "(it must be a folder; move away what is there)") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def record_start(image_id: str, stack: str, state_dir: Path = DEFAULT_STATE_DIR) -> None:

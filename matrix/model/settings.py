@@ -9,6 +9,7 @@ variables, in the order pip reads them).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -64,20 +65,24 @@ def cached_json(folder: str, name: str) -> Any:
         return None
 
 
-def remember_text(folder: str, name: str, text: str) -> None:
-    """Write ``text`` to ``user_cache(folder)/name`` whole or not at all: a temporary file renamed
-    into place, so a concurrent reader never sees half of it. A cache that cannot be written
-    (read-only home, disk full) is skipped: the next command computes it again."""
-    path = user_cache(folder) / name
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, renamed into
+    place, so a concurrent reader never sees half of it; the folder is made when missing. Raises
+    :class:`OSError` (each caller says what an unwritable place means for it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                out.write(text)
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
-    except OSError:
-        pass
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def remember_text(folder: str, name: str, text: str) -> None:
+    """Keep ``text`` as ``user_cache(folder)/name`` (:func:`write_atomically`). A cache that
+    cannot be written (read-only home, disk full) is skipped: the next command computes it
+    again."""
+    with contextlib.suppress(OSError):
+        write_atomically(user_cache(folder) / name, text)
