@@ -99,7 +99,8 @@ def _pass_key(*parts: Any) -> str:
 
 
 def check_schema(located: yamlsrc.Located, schema_name: str) -> None:
-    """Raise the first schema error (in document order) as ``file:line: key: problem``."""
+    """Raise the first schema error (in document order) as ``file:line: key: problem``; a file
+    that passes is remembered parsed for the next command (``Located.remember``)."""
     key = _pass_key("document", schema(schema_name), located.data)
     if not passed_before(PASSES, key):
         _first_schema_error(located, schema_name)
