@@ -9,8 +9,8 @@ ENV PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:$PATH \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     NVIDIA_REQUIRE_CUDA="cuda>=10.1"
-RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+RUN apt-get -o Dir::Cache::pkgcache=/var/cache/apt/pkgcache.bin -o Acquire::GzipIndexes=false -o Acquire::CompressionTypes::Order::=gz update \
+ && DEBIAN_FRONTEND=noninteractive apt-get -o Dir::Cache::pkgcache=/var/cache/apt/pkgcache.bin -o Acquire::GzipIndexes=false -o Acquire::CompressionTypes::Order::=gz install -y --no-install-recommends \
       ca-certificates=20230311ubuntu0.18.04.1 \
       curl=7.58.0-2ubuntu3.24 \
       gnupg=2.2.4-1ubuntu1.6 \
@@ -29,8 +29,8 @@ RUN apt-get update \
  && rm -f /tmp/cuda-key.pub \
  && echo "deb [signed-by=/usr/share/keyrings/nvidia-cuda.gpg] https://developer.download.nvidia.com/compute/cuda/repos/ubuntu1804/x86_64 /" >> /etc/apt/sources.list.d/nvidia-cuda.list \
  && echo "deb [signed-by=/usr/share/keyrings/nvidia-cuda.gpg] https://developer.download.nvidia.com/compute/machine-learning/repos/ubuntu1804/x86_64 /" >> /etc/apt/sources.list.d/nvidia-cuda.list \
- && apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+ && apt-get -o Dir::Cache::pkgcache=/var/cache/apt/pkgcache.bin -o Acquire::GzipIndexes=false -o Acquire::CompressionTypes::Order::=gz update \
+ && DEBIAN_FRONTEND=noninteractive apt-get -o Dir::Cache::pkgcache=/var/cache/apt/pkgcache.bin -o Acquire::GzipIndexes=false -o Acquire::CompressionTypes::Order::=gz install -y --no-install-recommends \
       cuda-cudart-10-1=10.1.243-1 \
       cuda-libraries-10-1=10.1.243-1 \
       cuda-nvtx-10-1=10.1.243-1 \
@@ -41,7 +41,7 @@ RUN apt-get update \
       libcublas-dev=10.2.1.243-1 \
       libcudnn7=7.6.5.32-1+cuda10.1 \
       libcudnn7-dev=7.6.5.32-1+cuda10.1 \
- && rm -rf /var/lib/apt/lists/* \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
  && ln -sfn cuda-10.1 /usr/local/cuda \
  && echo /usr/local/cuda/lib64 > /etc/ld.so.conf.d/zz-cuda.conf && ldconfig \
  && nvcc --version | grep -q "V10.1.243" \

@@ -7,11 +7,11 @@ LABEL io.github.mnp-stacks.component.ssh="9.2p1"
 COPY sshd /tmp/mnp-sshd
 # openssh tracks the distribution's security updates, so it is not pinned.
 # hadolint ignore=DL3008
-RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+RUN apt-get -o Dir::Cache::pkgcache=/var/cache/apt/pkgcache.bin -o Acquire::GzipIndexes=false -o Acquire::CompressionTypes::Order::=gz update \
+ && DEBIAN_FRONTEND=noninteractive apt-get -o Dir::Cache::pkgcache=/var/cache/apt/pkgcache.bin -o Acquire::GzipIndexes=false -o Acquire::CompressionTypes::Order::=gz install -y --no-install-recommends \
       openssh-client \
       openssh-server \
- && rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_* \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /etc/ssh/ssh_host_* \
  && mkdir -p /run/sshd \
  && dpkg-divert --local --rename --divert /usr/sbin/sshd.real --add /usr/sbin/sshd \
  && install -m 0755 /tmp/mnp-sshd /usr/sbin/sshd \
