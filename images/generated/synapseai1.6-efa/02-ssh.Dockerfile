@@ -6,7 +6,9 @@ LABEL io.github.mnp-stacks.component.ssh="8.2p1"
 COPY sshd /tmp/mnp-sshd
 # openssh tracks the distribution's security updates, so it is not pinned.
 # hadolint ignore=DL3008
-RUN apt-get -o Dir::Cache::pkgcache=/var/cache/apt/pkgcache.bin -o Acquire::GzipIndexes=false -o Acquire::CompressionTypes::Order::=gz update \
+RUN mkdir -p /etc/ssh \
+ && touch /etc/ssh/ssh_host_rsa_key /etc/ssh/ssh_host_ecdsa_key /etc/ssh/ssh_host_ed25519_key \
+ && apt-get -o Dir::Cache::pkgcache=/var/cache/apt/pkgcache.bin -o Acquire::GzipIndexes=false -o Acquire::CompressionTypes::Order::=gz update \
  && DEBIAN_FRONTEND=noninteractive apt-get -o Dir::Cache::pkgcache=/var/cache/apt/pkgcache.bin -o Acquire::GzipIndexes=false -o Acquire::CompressionTypes::Order::=gz install -y --no-install-recommends \
       openssh-client \
       openssh-server \
