@@ -17,6 +17,7 @@ from rich.console import Console
 from matrix.errors import UserError
 from matrix.image import ca
 from tests.build_project import project_files, remove_repository, run_build, stacks_text
+from tests.layer_checks import apt_cache_files
 
 pytestmark = pytest.mark.docker
 project_fixture = pytest.fixture(name="project")(project_files)
@@ -73,6 +74,17 @@ def test_final_tag_and_labels(docker_client, project):
         assert labels[f"io.github.mnp-stacks.component.{component}"] == "1.0"
     assert labels["org.opencontainers.image.title"] == "one"
     assert labels["org.opencontainers.image.base.name"] == "debian:bookworm"
+
+
+def test_an_apt_run_leaves_no_package_cache_even_when_dpkg_never_runs(docker_client, project):
+    # m.apt_install keeps the package cache `apt-get update` writes for `apt-get install`. The
+    # base's docker-clean deletes it after a dpkg run; installing what the base already has
+    # (apt) runs no dpkg, so only the macro's own clean-up is left to delete it.
+    template = project["images"] / "alpha" / "Dockerfile.j2"
+    template.write_text(template.read_text() + '{{ m.apt_install({}, extra="apt") }}\n')
+    result, statuses = run_build(docker_client, project, ["one"])
+    assert statuses[0] == ("alpha 1.0", "built")
+    assert apt_cache_files(docker_client, result.chains["one"][0]) == []
 
 
 def test_failed_layer_shows_log_tail_and_skips_descendants(docker_client, project):
