@@ -103,8 +103,10 @@ def ensure_base(client: docker.DockerClient, base: Base, log=print, pull: bool =
             log(f"base {base.image}: pulling it again failed "
                 f"({str(exc.explanation or exc).splitlines()[0][:200]}); using the local image")
             return "local"
-    if _local(client, base.image):
-        made_by = _recipe_of(client, base.image) if base.bootstrap else None
+    local = _local(client, base.image)
+    if local:
+        # the recipe label of a base bootstrapped here (None on any other image)
+        made_by = (local.labels or {}).get(RECIPE_LABEL) if base.bootstrap else None
         if made_by and made_by != recipe_digest(base):
             # The layers' tags follow the recipe (render.py writes it into the first layer's
             # Dockerfile): a base made by another one would be built on under tags that claim
@@ -314,11 +316,6 @@ def recipe_digest(base: Base) -> str:
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _recipe_of(client: docker.DockerClient, image: str) -> str | None:
-    """The recipe label of a local image bootstrapped here (None for any other image)."""
-    return (client.images.get(image).labels or {}).get(RECIPE_LABEL)
-
-
 def _write_docker_config(root: Path) -> None:
     for rel, (text, mode) in DOCKER_CONFIG.items():
         path = root / rel
@@ -339,12 +336,12 @@ def _has_docker_config(client: docker.DockerClient, image: str) -> bool:
             container.remove(force=True)
 
 
-def _local(client: docker.DockerClient, image: str) -> bool:
+def _local(client: docker.DockerClient, image: str) -> docker.models.images.Image | None:
+    """The local image of that name, None when there is none."""
     try:
-        client.images.get(image)
-        return True
+        return client.images.get(image)
     except ImageNotFound:
-        return False
+        return None
 
 
 def _split(image: str) -> tuple[str, str]:
