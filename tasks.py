@@ -85,7 +85,8 @@ BUILD_HELP = dict(HELP, registry="registry to pull unchanged layers from, e.g. a
                             "REQUESTS_CA_BUNDLE or SSL_CERT_FILE); never stored in an image")
 
 
-@task(help=dict(BUILD_HELP, test="run the layer tests after building (as `invoke test`)",
+@task(help=dict(BUILD_HELP, test="run the layer tests (as `invoke test`), each layer's once it "
+                                 "is built, while the layers above it build",
                 json="print the build metadata as JSON on stdout (progress goes to stderr)",
                 metadata_file="where to write the build metadata (default .mnp/build-metadata.json)",
                 jobs="layers to build at once, a layer starting when its parent is built "
@@ -98,9 +99,7 @@ def build(c, stack=None, all=False, stacks=STACKS, registry=None, ca_bundle=None
           test=False, json=False, metadata_file=None, jobs=None, pull_bases=False):
     """Build stacks' layers (only what changed) under content-addressed tags."""
     images.build(stacks, stack, all, registry, ca_bundle, as_json=json, metadata_file=metadata_file,
-                 jobs=jobs, pull_bases=pull_bases)
-    if test:
-        images.test_stack(stacks, stack, all, to_stderr=json)
+                 jobs=jobs, pull_bases=pull_bases, test=test)
 
 
 @task(help={"stack": ONE["stack"], "stacks": HELP["stacks"],

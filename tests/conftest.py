@@ -113,20 +113,34 @@ def held(name: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def build_stack(client, stack: str):
+def build_stack(client, stack: str, tests_state: Path | None = None):
     """Plan and build ``stack`` with the project's builder, once across processes: the first
-    worker builds, the next ones find every layer by its content tag and build nothing."""
-    from matrix.image import build, ca
+    worker builds, the next ones find every layer by its content tag and build nothing.
+
+    With ``tests_state``, the stack's layer tests run as ``invoke build --test`` runs them, each
+    layer's once it is built (records in that folder), and the third item is their outcome: the
+    list of :class:`matrix.image.testing.LayerTests`, or the :class:`UserError` that ended them."""
+    from matrix.errors import UserError
+    from matrix.image import build, ca, testing
     from matrix.image.plan import plan
     from matrix.model.loader import load_matrix
 
-    with held(f"build-{stack}"):
+    console = Console(highlight=False, width=160)
+    with held(f"build-{stack}"), contextlib.ExitStack() as running:
         # planned under the lock: the worker before may have bootstrapped the base meanwhile,
         # and the builder refuses a plan whose base has changed since
         result = plan(load_matrix(ROOT / "stacks.yaml"), [stack])
+        tests = (running.enter_context(testing.LayerTestRun(client, result, [stack], console,
+                                                            tests_state))
+                 if tests_state else None)
         results = build.build(client, result, [stack], ca_bundle=ca.resolve(None),
-                              console=Console(highlight=False, width=160))
-    return result, results
+                              console=console, on_layer=tests.built if tests else None)
+        if tests is None:
+            return result, results, None
+        try:
+            return result, results, tests.finish(stack)
+        except UserError as exc:
+            return result, results, exc
 
 
 @pytest.fixture(scope="session")
@@ -144,7 +158,7 @@ def docker_client():
 @pytest.fixture(scope="session")
 def cpu_tcp_build(docker_client):
     """Build the default stack with the project's own builder (cached layers are reused)."""
-    return build_stack(docker_client, "cpu-tcp")
+    return build_stack(docker_client, "cpu-tcp")[:2]
 
 
 @pytest.fixture(scope="session")
@@ -155,8 +169,20 @@ def cpu_tcp_image(cpu_tcp_build) -> str:
 
 
 @pytest.fixture(scope="session")
-def cuda_tcp_build(docker_client):
-    """The CUDA TCP stack built once per run (the build takes minutes: every test that needs it
-    shares this one; the lock keeps two workers from building it side by side)."""
-    result, _ = build_stack(docker_client, CUDA_STACK)
-    return result
+def cuda_tcp_built(docker_client, tmp_path_factory):
+    """The CUDA TCP stack built once per run, its layer tests run as `invoke build --test` runs
+    them, each layer's while the layers above it build (the build takes minutes: every test that
+    needs it shares this one; the lock keeps two workers from building it side by side)."""
+    return build_stack(docker_client, CUDA_STACK, tmp_path_factory.mktemp("cuda-tests"))
+
+
+@pytest.fixture(scope="session")
+def cuda_tcp_build(cuda_tcp_built):
+    """The plan of the built CUDA TCP stack."""
+    return cuda_tcp_built[0]
+
+
+@pytest.fixture(scope="session")
+def cuda_tcp_layer_tests(cuda_tcp_built):
+    """The outcome of its layer tests: the layers' results, or the error that ended the run."""
+    return cuda_tcp_built[2]

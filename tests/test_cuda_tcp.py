@@ -15,9 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
-from matrix.image import testing
 from matrix.image.budget import added_steps
 from matrix.image.plan import plan
 from matrix.model.loader import load_matrix
@@ -43,10 +41,12 @@ def cuda_build(cuda_tcp_build):
 # (xdist/scheduler/loadscope.py, _reschedule): a group queued behind the build waited the whole
 # build and ran last (the fresh run of e96afed, 2026-11-28).
 @pytest.mark.xdist_group(CUDA_LAYER_TESTS)
-def test_every_layer_test_passes(docker_client, cuda_build, tmp_path):
-    outcome = testing.run_stack_tests(docker_client, cuda_build, STACK,
-                                      console=Console(width=160), state=tmp_path)
-    tested = {r.layer.component: r for r in outcome}
+def test_every_layer_test_passes(cuda_tcp_layer_tests):
+    """As `invoke build --test` runs them (tests/conftest.py, cuda_tcp_built): each layer's tests
+    once that layer is built."""
+    if isinstance(cuda_tcp_layer_tests, Exception):
+        raise cuda_tcp_layer_tests
+    tested = {r.layer.component: r for r in cuda_tcp_layer_tests}
     for component in ("cuda", "pytorch", "nccl", "deepspeed", "openmpi", "entrypoint", "_stack"):
         assert tested[component].passed > 0 and tested[component].ok, component
 

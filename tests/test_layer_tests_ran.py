@@ -89,3 +89,51 @@ def test_a_layer_that_passed_with_the_same_inputs_is_reported_from_its_record(do
                                     images=project["images"], again=True,
                                     cache=project["state"] / "layer-passes")
     assert [(r.passed, r.note) for r in again][:3] == [(1, "")] * 3
+
+
+SLOW_TEMPLATE = """{% import "_macros.j2" as m %}
+FROM {{ parent }}
+{{ m.preamble(component, version) }}
+RUN sleep 5 && echo "{{ component }} {{ version }}" > /layer-{{ component }}
+"""
+
+
+def test_build_test_runs_a_layers_tests_while_the_layers_above_it_build(docker_client, project,
+                                                                        monkeypatch):
+    """As ``invoke build --test`` runs them (matrix/cli/images.py): the builder hands each layer
+    to the test run once its image is here, and that layer's tests start then, not after the
+    build: alpha's run begins before gamma (a 5-second build) is done. The run is recorded."""
+    from matrix.image import build
+    from matrix.image.plan import plan
+    from matrix.model.loader import load_matrix
+
+    layer_tests(project, alpha=PASSES, beta=PASSES, gamma=PASSES)
+    (project["images"] / "gamma" / "Dockerfile.j2").write_text(SLOW_TEMPLATE)
+    events: list[str] = []
+    real_run = testing._run_layer
+
+    def watched_run(client, layer, files, description):  # the real run, its start noted
+        events.append(f"testing {layer.component}")
+        return real_run(client, layer, files, description)
+
+    monkeypatch.setattr(testing, "_run_layer", watched_run)
+    result = plan(load_matrix(project["stacks"]), ["one"], images=project["images"],
+                  root=project["images"].parent)
+    console = Console(file=io.StringIO(), width=200)
+    records = project["state"] / "test-results"
+    with testing.LayerTestRun(docker_client, result, ["one"], console, records,
+                              images=project["images"],
+                              cache=project["state"] / "layer-passes") as run:
+
+        def built(layer):
+            events.append(f"built {layer.component}")
+            run.built(layer)
+
+        build.build(docker_client, result, ["one"], console=console, state=project["state"],
+                    on_layer=built)
+        outcome = run.finish("one")
+    assert events.index("testing alpha") < events.index("built gamma"), events
+    assert [(r.layer.name, r.passed, r.ok) for r in outcome][:3] == [
+        ("alpha 1.0", 1, True), ("beta 1.0", 1, True), ("gamma 1.0", 1, True)]
+    image_id = docker_client.images.get(result.final_ref("one")).id
+    assert testrecord.read_record(image_id, records).result == "passed"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,14 +31,16 @@ if TYPE_CHECKING:
 def build(stacks_file: str, stacks: Any, all_stacks: bool, registry: str | None,
           ca_bundle: str | None, as_json: bool = False,
           metadata_file: str | None = None, jobs: Any = None,
-          pull_bases: bool = False) -> dict[str, Any]:
+          pull_bases: bool = False, test: bool = False) -> dict[str, Any]:
     """Build the stacks; write what was built (tags, image IDs, sizes, times) as JSON metadata.
+    With ``test``, each layer's tests start once the layer is built (as ``invoke test`` runs
+    them), while the layers above it build; the metadata is written before the last tests end.
 
     Bases are made local (pulled again with ``pull_bases``) before planning: the layer tags
     hash each base's digest (matrix/image/plan.py).
     """
     from matrix.image import build as builder
-    from matrix.image import ca, engine
+    from matrix.image import ca, engine, testing
     from matrix.image.plan import plan
 
     workers = None if jobs is None else integer(jobs, "--jobs", minimum=1)
@@ -50,20 +54,26 @@ def build(stacks_file: str, stacks: Any, all_stacks: bool, registry: str | None,
     result = plan(matrix, names, engine=client)
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
-    results = builder.build(client, result, names, registry=registry, ca_bundle=bundle, console=out,
-                            jobs=workers)
-    metadata = build_metadata(result, names, results, started, time.monotonic() - clock)
-    target = Path(metadata_file) if metadata_file else BUILD_METADATA
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(target)  # never a half-written metadata file
-    if as_json:
-        emit_json(metadata)
-    else:
-        for name in names:
-            print(f"{name}: {result.final_ref(name)} = {result.chains[name][-1]}")
-        print(f"build metadata: {shown(target)}")
+    with contextlib.ExitStack() as running:
+        tests = (running.enter_context(testing.LayerTestRun(client, result, names, console=out))
+                 if test else None)
+        results = builder.build(client, result, names, registry=registry, ca_bundle=bundle,
+                                console=out, jobs=workers,
+                                on_layer=tests.built if tests else None)
+        metadata = build_metadata(result, names, results, started, time.monotonic() - clock)
+        target = Path(metadata_file) if metadata_file else BUILD_METADATA
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        tmp.replace(target)  # never a half-written metadata file
+        if as_json:
+            emit_json(metadata)
+        else:
+            for name in names:
+                print(f"{name}: {result.final_ref(name)} = {result.chains[name][-1]}")
+            print(f"build metadata: {shown(target)}")
+        if tests:
+            each_stack(names, tests.finish)
     return metadata
 
 
@@ -118,10 +128,9 @@ def start_engine() -> None:
     print(f"Docker engine {client.version().get('Version', '?')} is running")
 
 
-def test_stack(stacks_file: str, stacks: Any, all_stacks: bool, to_stderr: bool = False,
-               again: bool = False) -> None:
-    """Layer tests; ``to_stderr`` keeps stdout for ``build --json --test``'s JSON alone;
-    ``again`` runs layers that passed before with the same inputs too."""
+def test_stack(stacks_file: str, stacks: Any, all_stacks: bool, again: bool = False) -> None:
+    """Layer tests (``invoke test``); ``again`` runs layers that passed before with the same
+    inputs too."""
     from matrix.image import engine, testing
     from matrix.image.plan import plan
 
@@ -129,20 +138,22 @@ def test_stack(stacks_file: str, stacks: Any, all_stacks: bool, to_stderr: bool 
     names = pick_stacks(matrix, stacks, all_stacks)
     result = plan(matrix, names)
     client = engine.ensure()
+    each_stack(names, lambda name: testing.run_stack_tests(client, result, name, console=console(),
+                                                           again=again))
+
+
+def each_stack(names: list[str], test: Callable[[str], object]) -> None:
+    """``test`` every stack, each even when one before failed; one error naming all that did."""
     failures = []
     for name in names:
         try:
-            testing.run_stack_tests(client, result, name,
-                                    console=make_console(stderr=True) if to_stderr else console(),
-                                    again=again)
+            test(name)
         except UserError as exc:
             if len(names) == 1:
                 raise
             failures.append(str(exc))
     if failures:
         raise UserError("; ".join(failures))
-
-
 
 
 # --- sbom -------------------------------------------------------------------------------------------

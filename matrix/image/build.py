@@ -19,6 +19,7 @@ import re
 import shlex
 import tarfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,8 +45,13 @@ def build(client: docker.DockerClient, plan: Plan, stacks: list[str], *,
           registry: str | None = None, ca_bundle: Path | None = None,
           console: Console | None = None, state: Path = STATE,
           no_cache: bool = False, jobs: int | None = None,
-          retry: reg.Retry | None = None) -> list[LayerResult]:
+          retry: reg.Retry | None = None,
+          on_layer: Callable[[Layer], None] | None = None) -> list[LayerResult]:
     """Build what the stacks need, up to ``jobs`` layers at once; one result per layer.
+
+    ``on_layer`` is called with each layer once its image is here (built, found by its tag or
+    pulled), in the order they come, on the calling thread: ``build --test`` starts the layer's
+    tests then (:class:`matrix.image.testing.LayerTestRun`).
 
     With a ``registry``, its answer for the first layer is read before anything is built, so a
     registry that refuses our credentials ends the run (one line, :mod:`registry`) with nothing
@@ -70,6 +76,8 @@ def build(client: docker.DockerClient, plan: Plan, stacks: list[str], *,
             reporter.done(result)
             if result.status == "failed" and result.log:
                 _show_tail(reporter, result.log)
+            elif on_layer is not None and result.status in ("built", "cached", "pulled"):
+                on_layer(result.layer)
 
         try:
             results = schedule.run(layers, job.layer, jobs or schedule.default_jobs(), done)

@@ -22,9 +22,10 @@ import json
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -121,7 +122,6 @@ def run_stack_tests(client: docker.DockerClient, plan: Plan, stack: str,
     withdraws an earlier pass), then ``passed`` or ``failed``. Layer passes are kept in and
     read from ``cache``; with ``again``, layers whose tests passed with the same inputs run too.
     """
-    console = console or Console(highlight=False)
     chain = plan.chain(stack)
     for layer in chain:
         try:
@@ -129,69 +129,127 @@ def run_stack_tests(client: docker.DockerClient, plan: Plan, stack: str,
         except ImageNotFound:
             raise UserError(f"{layer.ref} is not built; run `invoke build --stack {stack}` "
                             "first") from None
-    final_id = client.images.get(chain[-1].ref).id
-    testrecord.record_start(final_id, stack, state)
-    results = _run_chain(client, plan, stack, chain, console, images, cache, again)
-    for result in results:
-        if result.output:
-            console.print(f"--- {result.layer.name}: pytest's output", markup=False)
-            console.file.write(result.output)
-            console.file.flush()
-    _table(console, stack, results)
-    failed = [r for r in results if r.failed]
-    empty = [r for r in results if r.ran_nothing]
-    if failed or empty:
-        testrecord.record_failure(final_id, stack, state)
-        parts = []
-        if failed:
-            parts.append(f"tests failed in {', '.join(r.layer.name for r in failed)}")
-        if empty:
-            parts.append(f"no test ran in {', '.join(r.why_not_ok() for r in empty)}")
-        raise UserError(f"stack {stack}: {'; '.join(parts)}")
-    testrecord.record_pass(final_id, stack, state)
-    return results
+    with LayerTestRun(client, plan, [stack], console, state, images, again, cache) as run:
+        run.final_exists(stack, client.images.get(chain[-1].ref).id)  # before any test runs
+        for layer in chain:
+            run.built(layer)
+        return run.finish(stack)
 
 
-def _run_chain(client: docker.DockerClient, plan: Plan, stack: str, chain: list[Layer],
-               console: Console, images: Path, cache: Path, again: bool) -> list[LayerTests]:
-    """Every layer's result, in the chain's order; the layers that must run run side by side."""
-    results: dict[int, LayerTests] = {}
-    pending = []
-    shared, tools = key_inputs(images), tool_versions(client)
-    for index, layer in enumerate(chain, start=1):
-        files = test_files(layer.component, images)
+class LayerTestRun:
+    """The layer tests of one or more stacks, ``LAYER_JOBS`` layers at a time, each layer's run
+    started as soon as :meth:`built` says its image exists.
+
+    ``invoke test`` says so of every layer at once; ``invoke build --test`` says so as the build
+    makes (or finds) each layer, so that a layer's tests run while the layers above it build:
+    the build is one chain of layers that mostly waits on downloads and single compilers, and a
+    stack's tests took as long again after it (docs/measurements.md). A stack's run is recorded
+    ``started`` once its final image exists (its ID is what the record is kept under, and the
+    final layer is the last one made), then ``passed`` or ``failed`` by :meth:`finish`. Leaving
+    the ``with`` block on an error cancels the layers not yet started and waits for the running
+    ones (each a pytest process with its container, removed at its end).
+    """
+
+    def __init__(self, client: docker.DockerClient, plan: Plan, stacks: list[str],
+                 console: Console | None = None, state: Path = testrecord.DEFAULT_STATE_DIR,
+                 images: Path = IMAGES, again: bool = False,
+                 cache: Path = testrecord.LAYER_CACHE_DIR) -> None:
+        self.client, self.plan, self.images, self.again, self.cache = (client, plan, images,
+                                                                       again, cache)
+        self.state = state
+        self.console = console or Console(highlight=False)
+        self.chains = {stack: plan.chain(stack) for stack in stacks}
+        self.shared, self.tools = key_inputs(images), tool_versions(client)
+        self.results: dict[str, dict[int, LayerTests]] = {stack: {} for stack in stacks}
+        self.running: dict[str, list[Future]] = {stack: [] for stack in stacks}
+        self.final_ids: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=LAYER_JOBS, thread_name_prefix="layer test")
+
+    def __enter__(self) -> LayerTestRun:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def built(self, layer: Layer) -> None:
+        """``layer``'s image exists: start its tests in every stack whose chain holds it (or
+        report them from an earlier pass with the same inputs)."""
+        image_id = self.client.images.get(layer.ref).id
+        for stack, chain in self.chains.items():
+            if layer not in chain:
+                continue
+            if layer.ref == chain[-1].ref:
+                self.final_exists(stack, image_id)
+            self._start(stack, chain.index(layer) + 1, layer, image_id)
+
+    def final_exists(self, stack: str, image_id: str) -> None:
+        """``stack``'s final image is ``image_id``: its run is recorded as started (once)."""
+        if self.final_ids.get(stack) != image_id:
+            self.final_ids[stack] = image_id
+            testrecord.record_start(image_id, stack, self.state)
+
+    def _start(self, stack: str, index: int, layer: Layer, image_id: str) -> None:
+        total, results = len(self.chains[stack]), self.results[stack]
+        files = test_files(layer.component, self.images)
         if not files:
             results[index] = LayerTests(layer, note=NO_TESTS)
-            continue
-        description = layer_description(plan, stack, layer)
-        key = testrecord.layer_key(client.images.get(layer.ref).id, description,
-                                   [*files, *shared], tools)
-        before = None if again else testrecord.read_layer_pass(key, cache)
-        if before is None:
-            pending.append((index, layer, files, description, key))
-            continue
-        results[index] = LayerTests(layer, passed=before.passed, skipped=before.skipped,
-                                    seconds=before.seconds, note=CACHED)
-        console.print(f"[{index}/{len(chain)}] {layer.name}: {before.passed} passed, "
+            return
+        description = layer_description(self.plan, stack, layer)
+        key = testrecord.layer_key(image_id, description, [*files, *self.shared], self.tools)
+        before = None if self.again else testrecord.read_layer_pass(key, self.cache)
+        if before is not None:
+            results[index] = LayerTests(layer, passed=before.passed, skipped=before.skipped,
+                                        seconds=before.seconds, note=CACHED)
+            self._say(f"[{index}/{total}] {layer.name}: {before.passed} passed, "
                       f"{before.skipped} skipped, {CACHED} (passed at {before.at} with the same "
-                      "image and tests; --again runs it)", markup=False)
-    with ThreadPoolExecutor(max_workers=LAYER_JOBS) as pool:
-        running = {}
-        for index, layer, files, description, key in pending:
-            console.print(f"[{index}/{len(chain)}] testing {layer.name} ({len(files)} file(s))",
-                          markup=False)
-            running[pool.submit(_run_layer, client, layer, files, description)] = (index, key)
-        for future in as_completed(running):
-            index, key = running[future]
-            result = results[index] = future.result()
-            console.print(f"[{index}/{len(chain)}] {result.layer.name}: {result.passed} passed, "
-                          f"{result.failed} failed, {result.skipped} skipped "
-                          f"in {result.seconds:.0f} s{' ' + result.note if result.note else ''}",
-                          markup=False)
-            if result.ok:
-                testrecord.record_layer_pass(key, testrecord.layer_pass_now(
-                    result.layer.name, result.passed, result.skipped, result.seconds), cache)
-    return [results[index] for index in sorted(results)]
+                      "image and tests; --again runs it)")
+            return
+        self._say(f"[{index}/{total}] testing {layer.name} ({len(files)} file(s))")
+        self.running[stack].append(self._pool.submit(self._run, stack, index, key, layer, files,
+                                                     description))
+
+    def _run(self, stack: str, index: int, key: str, layer: Layer, files: list[Path],
+             description: dict) -> None:
+        """One layer's run, on the pool's thread: its result reported and a pass remembered
+        before the future is done, so :meth:`finish` sees all of it."""
+        result = self.results[stack][index] = _run_layer(self.client, layer, files, description)
+        self._say(f"[{index}/{len(self.chains[stack])}] {layer.name}: {result.passed} passed, "
+                  f"{result.failed} failed, {result.skipped} skipped in {result.seconds:.0f} s"
+                  f"{' ' + result.note if result.note else ''}")
+        if result.ok:
+            testrecord.record_layer_pass(key, testrecord.layer_pass_now(
+                layer.name, result.passed, result.skipped, result.seconds), self.cache)
+
+    def _say(self, text: str) -> None:
+        with self._lock:
+            self.console.print(text, markup=False, highlight=False)
+
+    def finish(self, stack: str) -> list[LayerTests]:
+        """Wait for ``stack``'s layers; its table and record; :class:`UserError` unless every
+        layer passed."""
+        for future in self.running[stack]:
+            future.result()  # a runner's own exception (not a failing test) ends the run here
+        final_id = self.final_ids[stack]
+        results = [self.results[stack][index] for index in sorted(self.results[stack])]
+        for result in results:
+            if result.output:
+                self._say(f"--- {result.layer.name}: pytest's output")
+                self.console.file.write(result.output)
+                self.console.file.flush()
+        _table(self.console, stack, results)
+        failed = [r for r in results if r.failed]
+        empty = [r for r in results if r.ran_nothing]
+        if failed or empty:
+            testrecord.record_failure(final_id, stack, self.state)
+            parts = []
+            if failed:
+                parts.append(f"tests failed in {', '.join(r.layer.name for r in failed)}")
+            if empty:
+                parts.append(f"no test ran in {', '.join(r.why_not_ok() for r in empty)}")
+            raise UserError(f"stack {stack}: {'; '.join(parts)}")
+        testrecord.record_pass(final_id, stack, self.state)
+        return results
 
 
 def _run_layer(client: docker.DockerClient, layer: Layer, files: list[Path],
