@@ -1,5 +1,7 @@
 """``invoke test`` fails a layer whose tests all skip, or whose test files collect none: such a
-layer was not tested, and the run's result gates ``invoke push`` (matrix/image/testing.py)."""
+layer was not tested, and the run's result gates ``invoke push`` (matrix/image/testing.py). A
+pass is kept per layer by its inputs, and ``invoke build --test`` starts a layer's tests once the
+build has made it."""
 
 from __future__ import annotations
 

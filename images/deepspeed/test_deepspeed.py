@@ -102,8 +102,20 @@ def _op_names(host, layer):
     return json.loads(out.splitlines()[-1])
 
 
+# ds_report's reading per host (the layer's container): two tests read it, and each run imports
+# torch and DeepSpeed, seconds of CPU. Kept here, not in a fixture: a layer test's dry run
+# (tests/layer_dry_run.py) sets fixtures up without a container.
+_REPORTS: dict[int, tuple[dict, str]] = {}
+
+
 def _ds_report(host, layer):
     """``{op: (installed, compatible)}`` and the ninja line, from ds_report's op table."""
+    if id(host) not in _REPORTS:
+        _REPORTS[id(host)] = _read_ds_report(host, layer)
+    return _REPORTS[id(host)]
+
+
+def _read_ds_report(host, layer):
     out = host.run(f"{_ds_env(layer)}ds_report")
     assert out.rc == 0, out.stderr[-2000:]
     clean = [re.sub(r"\x1b\[[0-9;]*m", "", x).strip() for x in out.stdout.splitlines()]

@@ -43,9 +43,12 @@ def test_the_system_sshd_allows_keys_in_a_world_writable_secret_volume(host):
 
 
 def test_the_operators_default_command_makes_host_keys_and_serves(host):
-    start = (f"/usr/sbin/sshd -De -p {PORT} 2>/tmp/sshd.log & "
-             f"for i in $(seq 600); do ssh-keyscan -t ed25519 -p {PORT} 127.0.0.1 2>/dev/null"
-             " | grep -q ed25519 && break; sleep 0.1; done; "
+    # Waits for sshd's PidFile, which it writes once its sockets are bound (sshd.c, "Write out
+    # the pid file after the sigterm handler is setup and the listen sockets are bound"), with
+    # the shell's own test: under qemu every program started costs a process's emulated start,
+    # and a scan-and-grep each tenth of a second competed with the key generation it waited for.
+    start = (f"rm -f /run/sshd.pid; /usr/sbin/sshd -De -p {PORT} 2>/tmp/sshd.log & "
+             "for i in $(seq 240); do [ -s /run/sshd.pid ] && break; sleep 0.25; done; "
              f"ssh-keyscan -t ed25519 -p {PORT} 127.0.0.1 2>/dev/null; "
              "ls /etc/ssh/ssh_host_*_key; kill \"$(cat /run/sshd.pid)\"; cat /tmp/sshd.log")
     try:

@@ -37,6 +37,7 @@ from rich.table import Table
 
 from matrix.errors import UserError
 from matrix.image import testrecord
+from matrix.image.engine import ENGINE_FAULTS, fault
 from matrix.image.plan import Layer, Plan
 from matrix.model.settings import IMAGES, ROOT
 
@@ -175,7 +176,10 @@ class LayerTestRun:
     def built(self, layer: Layer) -> None:
         """``layer``'s image exists: start its tests in every stack whose chain holds it (or
         report them from an earlier pass with the same inputs)."""
-        image_id = self.client.images.get(layer.ref).id
+        try:
+            image_id = self.client.images.get(layer.ref).id
+        except ENGINE_FAULTS as exc:
+            raise fault(self.client, exc, f"reading {layer.ref} to test it") from None
         for stack, chain in self.chains.items():
             if layer not in chain:
                 continue
