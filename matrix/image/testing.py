@@ -11,7 +11,8 @@ cannot run against its image is not tested. Every run is recorded by the final i
 
 Layers are tested side by side (``LAYER_JOBS`` at a time): a layer's run mostly waits on its
 container (the image's Python importing torch, DeepSpeed compiling an op just in time), and the
-slowest layer alone then sets the run's time. A layer whose tests passed before with exactly the
+slowest layer alone then sets the run's time; under ``build --test`` each layer's run starts once
+the build has made it (:class:`LayerTestRun`). A layer whose tests passed before with exactly the
 same inputs (the layer's image, its test files, the code they import: ``testrecord.layer_key``)
 is reported from that record, marked ``cached``, unless ``again`` is asked for.
 """
