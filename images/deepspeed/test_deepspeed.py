@@ -212,19 +212,38 @@ def test_ds_report_shows_prebuilt_ops_installed(host, layer):
         assert ops.get(name, (False,))[0], f"{name} (DS_BUILD_{op}) not installed: {ops}"
 
 
-def test_prebuilt_ops_hold_every_family_arch(host, layer):
-    if not _build_ops(layer) or not _cuda_stack(layer):
-        pytest.skip("no CUDA op is pre-built in this layer")
+def _prebuilt_libs(host, layer):
+    """The shared object of each pre-built op, found under DeepSpeed's ops folder."""
     names = _op_names(host, layer)
     ops = [names["DS_BUILD_" + op] for op in _build_ops(layer)]
-    matrix = load_matrix(ROOT / "stacks.yaml")
-    archs = [a.replace(".", "") for a in family_archs(matrix, matrix.stack(layer["stack"]))]
-    assert archs, "a stack with pre-built CUDA ops must have GPU instances"
     # The last line: importing DeepSpeed may log its accelerator choice to stdout first.
     ops_dir = host.check_output("python3 -c 'import os, deepspeed.ops as o; "
                                 "print(os.path.dirname(o.__file__))'").splitlines()[-1]
+    libs = []
     for op in ops:
         lib = host.check_output(f"find {ops_dir} -name '{op}_op*.so' | head -1")
         assert lib, f"no compiled {op} under {ops_dir}"
+        libs.append(lib)
+    return libs
+
+
+def test_prebuilt_ops_hold_every_family_arch(host, layer):
+    if not _build_ops(layer) or not _cuda_stack(layer):
+        pytest.skip("no CUDA op is pre-built in this layer")
+    matrix = load_matrix(ROOT / "stacks.yaml")
+    archs = [a.replace(".", "") for a in family_archs(matrix, matrix.stack(layer["stack"]))]
+    assert archs, "a stack with pre-built CUDA ops must have GPU instances"
+    for lib in _prebuilt_libs(host, layer):
         elf = host.check_output(f"cuobjdump --list-elf {lib}")
         assert sorted(set(re.findall(r"sm_(\d+)", elf)), key=int) == archs, elf
+
+
+def test_prebuilt_ops_carry_debug_information_only_where_the_matrix_asks(host, layer):
+    """options.host_debug_info false: no DWARF section in a pre-built op (DeepSpeed's builders
+    pass -g, which the layer's compiler wrapper drops); omitted: the op keeps it."""
+    if not _build_ops(layer) or not host.exists("readelf"):
+        pytest.skip("no op is pre-built in this layer, or no readelf to read it")
+    wanted = layer["spec"].get("options", {}).get("host_debug_info", True)
+    for lib in _prebuilt_libs(host, layer):
+        sections = host.check_output(f"readelf -S -W {lib}")
+        assert (".debug_info" in sections) == wanted, f"{lib}: {sections}"

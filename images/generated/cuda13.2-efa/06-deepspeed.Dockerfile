@@ -34,6 +34,9 @@ RUN set -e; \
  && python3 -m pip install --no-cache-dir --no-deps --require-hashes --no-build-isolation --break-system-packages -r /tmp/requirements.txt \
  && rm -f /tmp/requirements.txt; \
     export DS_BUILD_FUSED_ADAM=1; \
+    mkdir /tmp/mnp-cxx \
+ && printf '%s\n' '#!/bin/sh' 'for a do shift; [ "$a" = -g ] || set -- "$@" "$a"; done' 'exec c++ "$@"' > /tmp/mnp-cxx/g++ \
+ && chmod +x /tmp/mnp-cxx/g++; export CXX=/tmp/mnp-cxx/g++; \
     export DS_ACCELERATOR=cuda; \
     MAX_JOBS="$(nproc)"; export MAX_JOBS; \
     printf '%s\n' \
@@ -41,6 +44,7 @@ RUN set -e; \
       > /tmp/requirements.txt \
  && python3 -m pip install --no-cache-dir --no-deps --require-hashes --no-build-isolation --break-system-packages -r /tmp/requirements.txt \
  && rm -f /tmp/requirements.txt; \
+    rm -rf /tmp/mnp-cxx; \
     rm -f /tmp/mnp-ca.pem \
  && python3 -c 'import sys, deepspeed; sys.exit(deepspeed.__version__ != "0.19.8" and deepspeed.__version__)' \
  && python3 -c 'import sys, deepspeed.git_version_info as g; from deepspeed.ops.op_builder.all_ops import ALL_OPS; name = {b.BUILD_VAR: n for n, b in ALL_OPS.items()}; missing = [op for op in ["FUSED_ADAM"] if not g.installed_ops.get(name.get("DS_BUILD_" + op))]; sys.exit("not pre-built: %s" % missing if missing else 0)'
