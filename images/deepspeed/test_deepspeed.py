@@ -94,18 +94,30 @@ def _script(host, name, text):
     return f"/tmp/{name}"
 
 
-def _op_names(host, layer):
-    """BUILD_VAR -> op name, from DeepSpeed's own op table for the stack's accelerator."""
-    code = ("import json; from deepspeed.ops.op_builder.all_ops import ALL_OPS; "
-            "print(json.dumps({b.BUILD_VAR: n for n, b in ALL_OPS.items()}))")
-    out = host.check_output(f"{_ds_env(layer)}python3 -c '{code}'")
-    return json.loads(out.splitlines()[-1])
-
-
-# ds_report's reading per host (the layer's container): two tests read it, and each run imports
+# Readings per host (the layer's container): several tests read each, and each run imports
 # torch and DeepSpeed, seconds of CPU. Kept here, not in a fixture: a layer test's dry run
 # (tests/layer_dry_run.py) sets fixtures up without a container.
 _REPORTS: dict[int, tuple[dict, str]] = {}
+_OP_TABLES: dict[int, tuple[dict, str]] = {}
+
+
+def _op_table(host, layer):
+    """BUILD_VAR -> op name, from DeepSpeed's own op table for the stack's accelerator, and the
+    folder of DeepSpeed's ops: one Python run per host."""
+    if id(host) not in _OP_TABLES:
+        code = ("import json, os, deepspeed.ops as o; "
+                "from deepspeed.ops.op_builder.all_ops import ALL_OPS; "
+                "print(json.dumps([{b.BUILD_VAR: n for n, b in ALL_OPS.items()}, "
+                "os.path.dirname(o.__file__)]))")
+        # The last line: importing DeepSpeed may log its accelerator choice to stdout first.
+        out = host.check_output(f"{_ds_env(layer)}python3 -c '{code}'")
+        names, ops_dir = json.loads(out.splitlines()[-1])
+        _OP_TABLES[id(host)] = (names, ops_dir)
+    return _OP_TABLES[id(host)]
+
+
+def _op_names(host, layer):
+    return _op_table(host, layer)[0]
 
 
 def _ds_report(host, layer):
@@ -214,11 +226,8 @@ def test_ds_report_shows_prebuilt_ops_installed(host, layer):
 
 def _prebuilt_libs(host, layer):
     """The shared object of each pre-built op, found under DeepSpeed's ops folder."""
-    names = _op_names(host, layer)
+    names, ops_dir = _op_table(host, layer)
     ops = [names["DS_BUILD_" + op] for op in _build_ops(layer)]
-    # The last line: importing DeepSpeed may log its accelerator choice to stdout first.
-    ops_dir = host.check_output("python3 -c 'import os, deepspeed.ops as o; "
-                                "print(os.path.dirname(o.__file__))'").splitlines()[-1]
     libs = []
     for op in ops:
         lib = host.check_output(f"find {ops_dir} -name '{op}_op*.so' | head -1")

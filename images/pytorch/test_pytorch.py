@@ -1,5 +1,7 @@
 """PyTorch layer: version equals the matrix; a 2-process gloo allreduce in one container."""
 
+import json
+
 ALLREDUCE = """
 import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
 def run(rank):
@@ -19,15 +21,34 @@ with open("/tmp/ranks/" + os.environ["RANK"], "w") as out:
 """
 
 
+# What one import of torch reports, per host (the layer's container): three tests read it, and
+# each import is seconds of CPU (a CUDA wheel's, about five). Kept here, not in a fixture: a
+# layer test's dry run (tests/layer_dry_run.py) sets fixtures up without a container.
+_FACTS: dict[int, dict] = {}
+FACTS = """
+import json, torch, torch.distributed as d
+nccl = list(torch.cuda.nccl.version()) if torch.version.cuda else None
+print(json.dumps({"version": torch.__version__, "distributed": d.is_available(),
+                  "gloo": d.is_available() and d.is_gloo_available(),
+                  "cuda": torch.version.cuda, "nccl": nccl}))
+"""
+
+
+def _facts(host):
+    if id(host) not in _FACTS:
+        host.run(f"cat > /tmp/torch_facts.py <<'PY'\n{FACTS}\nPY")
+        out = host.check_output("python3 /tmp/torch_facts.py")
+        _FACTS[id(host)] = json.loads(out.splitlines()[-1])
+    return _FACTS[id(host)]
+
+
 def test_version(host, layer):
-    out = host.check_output("python3 -c 'import torch; print(torch.__version__)'")
     expected = layer["spec"].get("options", {}).get("reported_version", layer["version"])
-    assert out.split("+")[0] == expected
+    assert _facts(host)["version"].split("+")[0] == expected
 
 
 def test_gloo_available(host):
-    code = "import torch.distributed as d; print(d.is_available(), d.is_gloo_available())"
-    assert host.check_output(f"python3 -c '{code}'") == "True True"
+    assert (_facts(host)["distributed"], _facts(host)["gloo"]) == (True, True)
 
 
 def test_two_process_gloo_allreduce(host):
@@ -57,7 +78,6 @@ def test_cuda_build_loads_its_pinned_nccl(host, layer):
                 None)
     if nccl is None:
         return  # CPU or statically linked builds
-    code = "import torch; print(torch.version.cuda, *torch.cuda.nccl.version(), sep=\" \")"
-    cuda, *parts = host.check_output(f"python3 -c '{code}'").split()
-    assert ".".join(parts) == nccl
-    assert cuda == layer["spec"]["options"]["cuda"]
+    facts = _facts(host)
+    assert ".".join(map(str, facts["nccl"] or [])) == nccl
+    assert facts["cuda"] == layer["spec"]["options"]["cuda"]
