@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.build_project import repository_tags
+from tests.conftest import held
 
 REGISTRY_BINARY = shutil.which("docker-registry") or "/usr/bin/docker-registry"
 BASE_IMAGE = "debian:bookworm"
@@ -192,7 +193,7 @@ def _build(client, dockerfile: str, tag: str) -> str:
 # 12 s of CPU per push (2026-11-28), the engine's largest cost in the suite.
 # What the push tests claim (what is sent, retried, refused, reported) does not depend on the
 # layer's size.
-SHELL_BASE = "mnp-test-shell-base:1"
+SHELL_BASE = "mnp-test-shell-base"
 
 
 def copy_base_dockerfile(debian: str, binaries: tuple[str, ...], files: tuple[str, ...] = ()) -> str:
@@ -214,15 +215,33 @@ COPY --from=debian /shell/ /
 # runs ``cat /var/lib/dpkg/status`` in a container of it), in one layer of about 5 MB. Pushing
 # debian:bookworm itself cost dockerd 17.6 s of CPU (2026-11-29). That the SBOM lists what a real
 # image holds is test_sbom.py's cpu-tcp test.
-DPKG_BASE = "mnp-test-dpkg-base:1"
+DPKG_BASE = "mnp-test-dpkg-base"
+
+
+def _base_once(client, base: str, dockerfile: str, repository: str) -> str:
+    """``dockerfile`` built on ``base`` as ``repository:<hash of the base's image ID and the
+    Dockerfile>``, once across processes (tests/conftest.py ``held``): the next worker, and the
+    next run, find the tag and build nothing. Built by every worker at once before (2026-11-30),
+    one build failed with ``unable to find image sha256:...``: the engine's cache probe takes the
+    newest image of the same step (moby image/cache/cache.go, getLocalCachedImage), and that
+    one was gone before its ``COPY --from`` read it. A tag naming its inputs never moves under
+    a test that uses it either."""
+    import hashlib
+
+    key = hashlib.sha256(f"{client.images.get(base).id}\n{dockerfile}".encode()).hexdigest()[:16]
+    tag = f"{repository}:{key}"
+    with held(repository):
+        if not client.images.list(name=tag):
+            _build(client, dockerfile, tag)
+    return tag
 
 
 @pytest.fixture(scope="session")
 def shell_base(docker_client, base_image) -> str:
     """A base image holding only bash (``SHELL_BASE``), built from ``base_image`` (cached by the
     engine after the first build)."""
-    _build(docker_client, copy_base_dockerfile(base_image, ("/usr/bin/bash",)), SHELL_BASE)
-    return SHELL_BASE
+    return _base_once(docker_client, base_image,
+                      copy_base_dockerfile(base_image, ("/usr/bin/bash",)), SHELL_BASE)
 
 
 def _chain(client, base: str) -> Iterator[Chain]:
@@ -252,9 +271,10 @@ def chain(docker_client, shell_base) -> Iterator[Chain]:
 def debian_chain(docker_client, base_image) -> Iterator[Chain]:
     """A two-layer chain on ``DPKG_BASE`` (built from ``base_image``), for what reads the
     Debian packages."""
-    _build(docker_client, copy_base_dockerfile(base_image, ("/usr/bin/bash", "/usr/bin/cat"),
-                                              ("/var/lib/dpkg/status",)), DPKG_BASE)
-    yield from _chain(docker_client, DPKG_BASE)
+    dpkg_base = _base_once(docker_client, base_image,
+                           copy_base_dockerfile(base_image, ("/usr/bin/bash", "/usr/bin/cat"),
+                                                ("/var/lib/dpkg/status",)), DPKG_BASE)
+    yield from _chain(docker_client, dpkg_base)
 
 
 @pytest.fixture
