@@ -177,12 +177,18 @@ class Chain:
 
 
 def _build(client, dockerfile: str, tag: str) -> str:
-    """Build ``dockerfile`` (no context) as ``tag``; the image ID."""
+    """Build ``dockerfile`` (no context) as ``tag``; the image ID.
+
+    Without the engine's cache: its probe for a step lists the images on the step's parent (on
+    ``FROM scratch``, every image without a parent) and then reads each, so another test deleting
+    one of them in between fails the build with ``unable to find image`` (moby
+    image/cache/cache.go, getLocalCachedImage; seen 2026-11-30). Every image built here is new
+    content (a nonce) or built once (:func:`_base_once`), so the cache had nothing to give."""
     import io
 
     image, _ = client.images.build(
-        fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, forcerm=True, pull=False
-    )
+        fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, forcerm=True, pull=False,
+        nocache=True)
     return image.id
 
 
@@ -221,11 +227,8 @@ DPKG_BASE = "mnp-test-dpkg-base"
 def _base_once(client, base: str, dockerfile: str, repository: str) -> str:
     """``dockerfile`` built on ``base`` as ``repository:<hash of the base's image ID and the
     Dockerfile>``, once across processes (tests/conftest.py ``held``): the next worker, and the
-    next run, find the tag and build nothing. Built by every worker at once before (2026-11-30),
-    one build failed with ``unable to find image sha256:...``: the engine's cache probe takes the
-    newest image of the same step (moby image/cache/cache.go, getLocalCachedImage), and that
-    one was gone before its ``COPY --from`` read it. A tag naming its inputs never moves under
-    a test that uses it either."""
+    next run, find the tag and build nothing (it was built by every worker of every run before).
+    A tag naming its inputs never moves under a test that uses it either."""
     import hashlib
 
     key = hashlib.sha256(f"{client.images.get(base).id}\n{dockerfile}".encode()).hexdigest()[:16]

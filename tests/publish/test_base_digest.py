@@ -25,7 +25,7 @@ def _push_base(client, base: str, ref: str, content: str) -> str:
     """Build a one-file image on ``base``, push it as ``ref``; its image ID."""
     image, _ = client.images.build(
         fileobj=io.BytesIO(f"FROM {base}\nRUN echo {content} > /base-content\n".encode()),
-        tag=ref, rm=True, forcerm=True, pull=False)
+        tag=ref, rm=True, forcerm=True, pull=False, nocache=True)  # as conftest.py's _build
     repository, tag = ref.rsplit(":", 1)
     for event in client.images.push(repository, tag=tag, stream=True, decode=True):
         assert "error" not in event, event

@@ -146,7 +146,7 @@ def test_registry_layer_is_used_only_on_its_recorded_parent(docker_client, proje
     stranger = f"{project['repo']}-stranger:x"
     docker_client.images.build(fileobj=io.BytesIO(
         f"FROM {shell_base}\nLABEL io.github.mnp-stacks.parent=sha256:0000\n".encode()), tag=stranger,
-        rm=True, pull=False)
+        rm=True, pull=False, nocache=True)  # as conftest.py's _build
     _push_as(docker_client, stranger, remote_ref(alpha, registry.host))
     docker_client.images.remove(stranger)
     remove_repository(docker_client, project["repo"])

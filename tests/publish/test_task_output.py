@@ -116,8 +116,10 @@ class Pushable:
 
 
 def _build(docker_client, dockerfile: str) -> str:
+    # nocache: the cache probe reads the base's other children, which other tests delete
+    # (tests/publish/conftest.py, _build)
     image, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True,
-                                          forcerm=True, pull=False)
+                                          forcerm=True, pull=False, nocache=True)
     return image.id
 
 
