@@ -176,14 +176,15 @@ class Chain:
     image_id: str
 
 
-def _build(client, dockerfile: str, tag: str) -> str:
-    """Build ``dockerfile`` (no context) as ``tag``; the image ID.
+def build_image(client, dockerfile: str, tag: str | None = None) -> str:
+    """Build ``dockerfile`` (no context), tagged ``tag`` if given; the image ID.
 
     Without the engine's cache: its probe for a step lists the images on the step's parent (on
     ``FROM scratch``, every image without a parent) and then reads each, so another test deleting
     one of them in between fails the build with ``unable to find image`` (moby
     image/cache/cache.go, getLocalCachedImage; seen 2026-11-30). Every image built here is new
-    content (a nonce) or built once (:func:`_base_once`), so the cache had nothing to give."""
+    content (a nonce) or built once (:func:`_base_once`), so the cache had nothing to give. The
+    publish tests build through this function alone."""
     import io
 
     image, _ = client.images.build(
@@ -235,7 +236,7 @@ def _base_once(client, base: str, dockerfile: str, repository: str) -> str:
     tag = f"{repository}:{key}"
     with held(repository):
         if not client.images.list(name=tag):
-            _build(client, dockerfile, tag)
+            build_image(client, dockerfile, tag)
     return tag
 
 
@@ -255,8 +256,8 @@ def _chain(client, base: str) -> Iterator[Chain]:
     nonce = secrets.token_hex(8)  # a fresh image per session: pushes really send data
     first = f"{repo}:layer-{nonce}-a"
     second = f"{repo}:layer-{nonce}-b"
-    _build(client, f"FROM {base}\nRUN echo {nonce} > /layer-a\n", first)
-    image_id = _build(client, f"FROM {first}\nRUN echo b > /layer-b\n", second)
+    build_image(client, f"FROM {base}\nRUN echo {nonce} > /layer-a\n", first)
+    image_id = build_image(client, f"FROM {first}\nRUN echo b > /layer-b\n", second)
     final = f"{repo}:tinystack"
     client.images.get(second).tag(repo, "tinystack")
     yield Chain(repo, [first, second], final, "tinystack", image_id)

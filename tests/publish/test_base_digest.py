@@ -16,6 +16,7 @@ from matrix.image import build
 from matrix.image.plan import plan
 from matrix.model.loader import load_matrix
 from tests.build_project import project_files
+from tests.publish.conftest import build_image
 
 pytestmark = pytest.mark.docker
 project_fixture = pytest.fixture(name="project")(project_files)
@@ -23,14 +24,12 @@ project_fixture = pytest.fixture(name="project")(project_files)
 
 def _push_base(client, base: str, ref: str, content: str) -> str:
     """Build a one-file image on ``base``, push it as ``ref``; its image ID."""
-    image, _ = client.images.build(
-        fileobj=io.BytesIO(f"FROM {base}\nRUN echo {content} > /base-content\n".encode()),
-        tag=ref, rm=True, forcerm=True, pull=False, nocache=True)  # as conftest.py's _build
+    image_id = build_image(client, f"FROM {base}\nRUN echo {content} > /base-content\n", ref)
     repository, tag = ref.rsplit(":", 1)
     for event in client.images.push(repository, tag=tag, stream=True, decode=True):
         assert "error" not in event, event
     client.images.remove(ref)  # only the registry has it now
-    return image.id
+    return image_id
 
 
 def _plan(matrix, project, engine):

@@ -6,7 +6,6 @@ answers 429 is asked again with backoff and then reported; one that came back is
 from __future__ import annotations
 
 import contextlib
-import io
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 from matrix.errors import UserError
 from matrix.image.registry import Retry
 from tests.build_project import project_files, run_build
-from tests.publish.conftest import LocalRegistry
+from tests.publish.conftest import LocalRegistry, build_image
 from tests.publish.stall_proxy import StallProxy, _Handler
 
 pytestmark = pytest.mark.docker
@@ -144,9 +143,8 @@ def test_registry_layer_is_used_only_on_its_recorded_parent(docker_client, proje
 
     # Same content tag in the registry, but built on another parent: not used.
     stranger = f"{project['repo']}-stranger:x"
-    docker_client.images.build(fileobj=io.BytesIO(
-        f"FROM {shell_base}\nLABEL io.github.mnp-stacks.parent=sha256:0000\n".encode()), tag=stranger,
-        rm=True, pull=False, nocache=True)  # as conftest.py's _build
+    build_image(docker_client, f"FROM {shell_base}\nLABEL io.github.mnp-stacks.parent=sha256:0000\n",
+                stranger)
     _push_as(docker_client, stranger, remote_ref(alpha, registry.host))
     docker_client.images.remove(stranger)
     remove_repository(docker_client, project["repo"])

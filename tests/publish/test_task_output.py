@@ -15,7 +15,6 @@ touched. The push tests tag two small real images under that stack's planned ref
 from __future__ import annotations
 
 import contextlib
-import io
 import re
 import secrets
 import subprocess
@@ -31,6 +30,7 @@ from matrix.image.plan import plan
 from matrix.image.testrecord import DEFAULT_STATE_DIR, record_pass
 from matrix.model.loader import load_matrix
 from tests.build_project import repository_tags
+from tests.publish.conftest import build_image
 
 pytestmark = pytest.mark.docker
 
@@ -115,14 +115,6 @@ class Pushable:
                       registry, *extra)
 
 
-def _build(docker_client, dockerfile: str) -> str:
-    # nocache: the cache probe reads the base's other children, which other tests delete
-    # (tests/publish/conftest.py, _build)
-    image, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True,
-                                          forcerm=True, pull=False, nocache=True)
-    return image.id
-
-
 @pytest.fixture
 def pushable(docker_client, shell_base, tmp_path) -> Iterator[Pushable]:
     """Two fresh images (a nonce in each: a push really sends data) on the shell-only base
@@ -133,8 +125,8 @@ def pushable(docker_client, shell_base, tmp_path) -> Iterator[Pushable]:
     chain = plan(load_matrix(stacks), [STACK]).chains[STACK]
     assert len(chain) == 2  # the python layer and the stack's label layer
     nonce = secrets.token_hex(8)
-    first = _build(docker_client, f"FROM {shell_base}\nRUN echo {nonce} > /layer-a\n")
-    final = _build(docker_client, f"FROM {first}\nRUN echo {nonce} > /layer-b\n")
+    first = build_image(docker_client, f"FROM {shell_base}\nRUN echo {nonce} > /layer-a\n")
+    final = build_image(docker_client, f"FROM {first}\nRUN echo {nonce} > /layer-b\n")
     for ref, image_id in zip(chain, (first, final)):
         docker_client.images.get(image_id).tag(*ref.rsplit(":", 1))
     docker_client.images.get(final).tag(repo, STACK)
