@@ -28,6 +28,15 @@ def test_blackwell_needs_12_8_and_13_drops_volta():
         cuda_arch.cuda_archs("12.6", ["H100", "B200"])
 
 
+def test_one_cubin_per_major_serves_the_higher_minors():
+    """A cubin for X.y runs on X.z GPUs with z >= y: sm_86 serves the L4 and L40S (8.9), sm_100
+    the B300 (10.3); a major with one GPU model keeps that model's own architecture."""
+    assert cuda_arch.cuda_archs("13.2.86", ["L40S", "A10G", "L4", "H100", "B300", "B200"]) == \
+        ["8.6", "9.0", "10.0"]
+    assert cuda_arch.cuda_archs("13.2.86", ["L4", "B300"]) == ["8.9", "10.3"]
+    assert "#binary-compatibility" in cuda_arch.BINARY_COMPATIBILITY
+
+
 def test_a_gpu_the_cuda_cannot_target_is_an_error_not_an_omission():
     """Issue 16 item 9: the V100 used to be dropped silently (no kernels for the hardware)."""
     with pytest.raises(UserError) as info:

@@ -11,8 +11,9 @@ Two tables, each with its source:
   Dropped Features" of each release) and the nvcc manual's "GPU Feature List"
   (https://docs.nvidia.com/cuda/cuda-compiler-driver-nvcc/#gpu-feature-list).
 
-Templates get the result as ``cuda_archs`` (e.g. ``["8.6", "9.0", "10.0"]``) and the macros in
-images/_macros.j2 turn it into nvcc ``-gencode`` flags or a ``TORCH_CUDA_ARCH_LIST``.
+Templates get the result as ``cuda_archs`` (e.g. ``["8.6", "9.0", "10.0"]``: one per major, see
+:func:`cuda_archs`) and the macros in images/_macros.j2 turn it into nvcc ``-gencode`` flags or a
+``TORCH_CUDA_ARCH_LIST``.
 
 Stacks that share their CUDA layers (same base, same CUDA release: a family such as an EFA stack
 and its TCP sibling) compile for the GPUs of the whole family, so the compiled layers are the same
@@ -79,6 +80,11 @@ ARCH_SUPPORT: dict[str, ArchSupport] = {
                         "index.html section \"CUDA 12.9 Features\" / \"General CUDA\" (compiler "
                         "target support for SM architecture 10.3: sm_103, sm_103f, sm_103a)"),
 }
+# Why one cubin per major serves every GPU of that major.
+BINARY_COMPATIBILITY = ("https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html"
+                        "#binary-compatibility (section \"Binary Compatibility\": a cubin generated "
+                        "for compute capability X.y executes on devices of compute capability X.z "
+                        "where z >= y)")
 GPUS_PAGE = ("https://developer.nvidia.com/cuda-gpus (\"Compute Capability\" tables: data center "
              "products)")
 
@@ -122,7 +128,13 @@ def compute_capability(model: str) -> str:
 
 
 def cuda_archs(cuda: str | None, gpu_models: list[str]) -> list[str]:
-    """Compute capabilities to compile for, ascending: one per GPU model.
+    """Compute capabilities to compile for, ascending: the lowest of each major among the GPUs.
+
+    One cubin per major is enough: a cubin built for compute capability X.y runs on every GPU of
+    compute capability X.z with z >= y (:data:`BINARY_COMPATIBILITY`), so sm_86 code serves the
+    A10G and the L4/L40S (8.9) alike, and sm_100 code the B200 and the B300 (10.3). PyTorch's own
+    wheels do the same: 2.15.0+cu132 carries sm_86 and no sm_89 (``torch._C._cuda_getArchFlags()``
+    in the cuda13.2 stacks: sm_75 sm_80 sm_86 sm_90 sm_100 sm_120).
 
     No CUDA means nothing to compile (an empty list). A CUDA release with no GPU to compile for,
     or a GPU its nvcc cannot target, is an error: leaving the GPU out would build kernels for
@@ -142,7 +154,14 @@ def cuda_archs(cuda: str | None, gpu_models: list[str]) -> list[str]:
             raise UserError(f"CUDA {cuda} cannot compile for the {model} GPU ({reason}; source: "
                             f"{ARCH_SUPPORT[cc].source})")
         found.add(cc)
-    return sorted(found, key=lambda cc: tuple(map(int, cc.split("."))))
+    lowest: dict[str, str] = {}
+    for cc in sorted(found, key=_key):
+        lowest.setdefault(cc.split(".")[0], cc)
+    return sorted(lowest.values(), key=_key)
+
+
+def _key(cc: str) -> tuple[int, ...]:
+    return tuple(map(int, cc.split(".")))
 
 
 def gpu_model(instance: str) -> str | None:

@@ -42,10 +42,9 @@ RUN set -e; \
  && echo /usr/local/cuda/lib > /etc/ld.so.conf.d/zz-cuda.conf && ldconfig \
  && nvcc --version > /tmp/nvcc.txt && grep -q "release 13.2," /tmp/nvcc.txt \
  && printf '__global__ void k(int *x) { *x = 1; }\nint main() { int *d; cudaMalloc(&d, 4); k<<<1, 1>>>(d); return 0; }\n' > /tmp/k.cu \
- && nvcc -gencode=arch=compute_86,code=sm_86 -gencode=arch=compute_89,code=sm_89 -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_100,code=sm_100 -gencode=arch=compute_100,code=compute_100 -o /tmp/k /tmp/k.cu \
+ && nvcc -gencode=arch=compute_86,code=sm_86 -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_100,code=sm_100 -gencode=arch=compute_100,code=compute_100 -o /tmp/k /tmp/k.cu \
  && cuobjdump --list-elf /tmp/k > /tmp/k.elf \
  && grep -q "sm_86" /tmp/k.elf \
- && grep -q "sm_89" /tmp/k.elf \
  && grep -q "sm_90" /tmp/k.elf \
  && grep -q "sm_100" /tmp/k.elf \
  && rm -f /tmp/k /tmp/k.cu /tmp/k.elf /tmp/nvcc.txt
