@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,6 +52,31 @@ def test_the_workers_variable_never_reaches_an_entrypoint_the_tests_start():
                           env={**os.environ, "MNP_DRY_RUN": "1",
                                suite.WORKERS_VARIABLE: "5"}, capture_output=True, text=True)
     assert proc.returncode == 2 and suite.WORKERS_VARIABLE in proc.stderr  # why it must go
+
+
+PARTIAL_LINE = ("import sys, time; sys.stdout.write('..'); sys.stdout.flush(); time.sleep(60); "
+                "print('unreached')")
+
+
+def test_output_reaches_ci_as_it_comes_not_a_line_at_a_time(tmp_path):
+    """pytest's dots fill a line of 72 only after 72 tests: what has arrived of a line is
+    printed (and logged) at once, so a slow test never leaves CI's log silent for minutes."""
+    code = (f"from pathlib import Path; from matrix.cli import suite; "
+            f"suite.run_suite([{sys.executable!r}, '-c', {PARTIAL_LINE!r}], Path({str(tmp_path)!r}))")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        os.set_blocking(proc.stdout.fileno(), False)
+        seen, deadline = b"", time.monotonic() + 30
+        while b"\n.." not in seen and time.monotonic() < deadline:
+            seen += proc.stdout.read() or b""
+            time.sleep(0.1)
+        assert b"\n.." in seen, seen  # the two dots, long before the child's line ends
+        assert (tmp_path / "pytest.log").read_text() == ".."
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def test_the_closing_line_is_pytests_count():

@@ -22,6 +22,7 @@ check-jsonschema carries. Every pytest process loads ``tests/skip_ledger.py``: a
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 import shlex
@@ -30,6 +31,7 @@ import sys
 import time
 from collections.abc import MutableMapping
 from pathlib import Path
+from typing import TextIO
 
 from matrix.errors import UserError
 from matrix.model.settings import ROOT
@@ -136,23 +138,18 @@ def static_steps() -> list[tuple[str, list[str]]]:
     return [(name, [str(bin_dir / command[0]), *command[1:]]) for name, command in steps]
 
 
-def run_suite(command: list[str]) -> None:
-    """Run pytest, printing its output as it comes and keeping it in ``.mnp/check/pytest.log``;
-    then the skips and pytest's counts (the last line)."""
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    log_path = LOG_DIR / "pytest.log"
-    print(f"== pytest: {' '.join(command)}  (log: {log_path.relative_to(ROOT)})", flush=True)
+def run_suite(command: list[str], log_dir: Path = LOG_DIR) -> None:
+    """Run pytest, printing its output as it comes and keeping it in ``log_dir/pytest.log``
+    (``.mnp/check``); then the skips and pytest's counts (the last line)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / "pytest.log"
+    print(f"== pytest: {' '.join(command)}  (log: {_shown(log_path)})", flush=True)
     started = time.monotonic()
-    # line-buffered, and stdout flushed per line: a pipe (CI's log, tee) sees each line as it
-    # comes, and a run stopped by a time limit keeps what it had printed
-    with log_path.open("w", encoding="utf-8", buffering=1) as log:
+    with log_path.open("w", encoding="utf-8") as log:
         proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, errors="replace")
+                                stderr=subprocess.STDOUT)
         assert proc.stdout is not None
-        for line in proc.stdout:
-            sys.stdout.write(line)
-            sys.stdout.flush()
-            log.write(line)
+        _pass_through(proc.stdout.fileno(), log)
         code = proc.wait()
     sys.stdout.flush()
     text = log_path.read_text(encoding="utf-8", errors="replace")
@@ -165,7 +162,30 @@ def run_suite(command: list[str]) -> None:
     if code:
         because = f"; {undeclared} undeclared skips (UNDECLARED SKIP lines)" if undeclared else ""
         raise UserError(f"check failed at step pytest (exit {code}{because}; log in "
-                        f"{log_path.relative_to(ROOT)})")
+                        f"{_shown(log_path)})")
+
+
+def _pass_through(fd: int, log: TextIO) -> None:
+    """Copy what pytest writes to our stdout and the log as it arrives, not line by line:
+    pytest's progress is a dot per test on a line of 72, so reading whole lines left CI's log
+    (and tee) without a sign of life for minutes while slow tests ran; and a run stopped by a
+    time limit keeps everything it had printed."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while True:
+        chunk = os.read(fd, 65536)
+        text = decoder.decode(chunk, final=not chunk)
+        if text:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            log.write(text)
+            log.flush()
+        if not chunk:
+            return
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the checkout where it lies inside it (the log's usual place)."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def skip_counts(text: str) -> tuple[int, int]:
