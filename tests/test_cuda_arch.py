@@ -34,7 +34,7 @@ def test_one_cubin_per_major_serves_the_higher_minors():
     assert cuda_arch.cuda_archs("13.2.86", ["L40S", "A10G", "L4", "H100", "B300", "B200"]) == \
         ["8.6", "9.0", "10.0"]
     assert cuda_arch.cuda_archs("13.2.86", ["L4", "B300"]) == ["8.9", "10.3"]
-    assert "#binary-compatibility" in cuda_arch.BINARY_COMPATIBILITY
+    assert "ada-compatibility-guide" in cuda_arch.BINARY_COMPATIBILITY
 
 
 def test_a_gpu_the_cuda_cannot_target_is_an_error_not_an_omission():

@@ -81,10 +81,10 @@ ARCH_SUPPORT: dict[str, ArchSupport] = {
                         "target support for SM architecture 10.3: sm_103, sm_103f, sm_103a)"),
 }
 # Why one cubin per major serves every GPU of that major.
-BINARY_COMPATIBILITY = ("https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html"
-                        "#binary-compatibility (section \"Binary Compatibility\": a cubin generated "
-                        "for compute capability X.y executes on devices of compute capability X.z "
-                        "where z >= y)")
+BINARY_COMPATIBILITY = ("https://docs.nvidia.com/cuda/ada-compatibility-guide/index.html section "
+                        "1.2 \"Application Compatibility on the NVIDIA Ada GPU Architecture\" (a "
+                        "cubin generated for a compute capability runs on any GPU of the same "
+                        "major and the same or a higher minor revision: one for 8.6 runs on 8.9)")
 GPUS_PAGE = ("https://developer.nvidia.com/cuda-gpus (\"Compute Capability\" tables: data center "
              "products)")
 
@@ -130,11 +130,12 @@ def compute_capability(model: str) -> str:
 def cuda_archs(cuda: str | None, gpu_models: list[str]) -> list[str]:
     """Compute capabilities to compile for, ascending: the lowest of each major among the GPUs.
 
-    One cubin per major is enough: a cubin built for compute capability X.y runs on every GPU of
-    compute capability X.z with z >= y (:data:`BINARY_COMPATIBILITY`), so sm_86 code serves the
-    A10G and the L4/L40S (8.9) alike, and sm_100 code the B200 and the B300 (10.3). PyTorch's own
-    wheels do the same: 2.15.0+cu132 carries sm_86 and no sm_89 (``torch._C._cuda_getArchFlags()``
-    in the cuda13.2 stacks: sm_75 sm_80 sm_86 sm_90 sm_100 sm_120).
+    One cubin per major is enough to run: a cubin built for compute capability X.y runs on every
+    GPU of compute capability X.z with z >= y (:data:`BINARY_COMPATIBILITY`), so sm_86 code
+    serves the A10G and the L4/L40S (8.9) alike, and sm_100 code the B200 and the B300 (10.3).
+    PyTorch's own wheels ship neither sm_89 nor sm_103 either: 2.15.0+cu132 carries sm_75 sm_80
+    sm_86 sm_90 sm_100 sm_120 (``torch._C._cuda_getArchFlags()`` in the cuda13.2 stacks). Unlike
+    this rule, PyTorch keeps sm_80 beside sm_86; no family here has both.
 
     No CUDA means nothing to compile (an empty list). A CUDA release with no GPU to compile for,
     or a GPU its nvcc cannot target, is an error: leaving the GPU out would build kernels for
