@@ -155,14 +155,10 @@ def cuda_archs(cuda: str | None, gpu_models: list[str]) -> list[str]:
             raise UserError(f"CUDA {cuda} cannot compile for the {model} GPU ({reason}; source: "
                             f"{ARCH_SUPPORT[cc].source})")
         found.add(cc)
-    lowest: dict[str, str] = {}
-    for cc in sorted(found, key=_key):
-        lowest.setdefault(cc.split(".")[0], cc)
-    return sorted(lowest.values(), key=_key)
-
-
-def _key(cc: str) -> tuple[int, ...]:
-    return tuple(map(int, cc.split(".")))
+    lowest: dict[int, str] = {}  # major -> its lowest capability, majors in ascending order
+    for cc in sorted(found, key=_release):
+        lowest.setdefault(_release(cc)[0], cc)
+    return list(lowest.values())
 
 
 def gpu_model(instance: str) -> str | None:
