@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,21 @@ def test_cuda13_efa_shares_its_lower_layers_with_the_tcp_sibling():
     assert shared == ["ssh", "python", "cuda", "pytorch", "nccl", "deepspeed", "pdsh"]
     compiled = next(x for x in result.chain("cuda13.2-efa") if x.component == "nccl-tests")
     assert "sm_90" in compiled.dockerfile and "sm_100" in compiled.dockerfile
+
+
+def test_the_architectures_the_readme_and_stacks_file_name_are_the_ones_compiled():
+    """The README's stack table and a stack's description say in prose which architectures its
+    CUDA code is compiled for ("compiled for sm_86/90/100"); the rule above is their owner, so a
+    change of instances or of the rule that leaves the prose behind fails here."""
+    matrix = load_matrix(ROOT / "stacks.yaml")
+    readme = (ROOT / "README.md").read_text().splitlines()
+    checked = 0
+    for stack in matrix.stacks.values():
+        compiled = [cc.replace(".", "") for cc in cuda_arch.family_archs(matrix, stack)]
+        row = next((line for line in readme if line.startswith(f"| `{stack.name}` |")), "")
+        for where, text in (("README.md", row), ("stacks.yaml description", stack.description)):
+            named = re.search(r"compiled for sm_(\d+(?:/\d+)*)", text)
+            if named:
+                assert named.group(1).split("/") == compiled, (stack.name, where)
+                checked += 1
+    assert checked >= 2  # cuda13.2-tcp's row and description at least
