@@ -63,6 +63,20 @@ def test_its_binaries_run_as_aarch64(docker_client, arm64_build):
 
 @pytest.mark.slow
 @pytest.mark.emulated
+def test_lean_as_stacks_yaml_says_no_pip_and_no_ca_certificates(docker_client, arm64_build):
+    """The base's `include: []` and the python layer's `options: {pip: false}` reach the image
+    (dpkg's own record: each package's Status, or no line for one never installed, for which
+    dpkg-query exits 1)."""
+    query = "dpkg-query -W -f '${Package} ${Status}\\n' python3 ca-certificates python3-pip; true"
+    out = docker_client.containers.run(arm64_build, ["sh", "-c", query], remove=True,
+                                       entrypoint=[], stderr=False)
+    installed = {line.split()[0] for line in out.decode().splitlines()
+                 if line.endswith("install ok installed")}
+    assert installed == {"python3"}, out.decode()
+
+
+@pytest.mark.slow
+@pytest.mark.emulated
 def test_the_entrypoint_plans_a_batch_main_node_on_a_graviton_type(docker_client, arm64_build):
     # /dev/shm as the job definition sizes it for the type (the row's shm_mib): the health
     # gate checks it against the row; Docker's default 64 MiB would fail it.

@@ -167,7 +167,7 @@ def derive_templates() -> dict[str, dict[str, list[str]]]:
         if template.parent.name.startswith("_"):
             continue
         text = template.read_text(encoding="utf-8")
-        pins = re.findall(r"apt_install\(spec\.([\w.]+)\)", text)
+        pins = re.findall(r"apt_install\(spec\.([\w.]+)[,)]", text)
         pins += [field for _, _, field in pin_loop.findall(text)]
         repos = [field for _, field in repo_loop.findall(text)]
         entry = {key: sorted(set(v)) for key, v in (("pins", pins), ("repos", repos)) if v}
@@ -204,6 +204,33 @@ def test_a_pip_pin_without_its_tag_is_named():
     stack = fact_stack([("pytorch", "2.15.0", pin)], {"cuda": "13.2.86"})
     (violation,) = check_stack(stack, (CLASSES["cuda13-facts"],))
     assert "declares no pip.torch.tag" in str(violation)
+
+
+# --- pip-needs-pip ----------------------------------------------------------------------------
+
+WITHOUT_PIP = {"version": "3.11.2", "options": {"pip": False}}
+
+
+def test_a_pip_layer_over_python_without_pip_is_rejected(tmp_path):
+    """cpu-tcp's DeepSpeed installs pip pins; its python layer without pip cannot run them."""
+    data = project()
+    layers = swap(layers_of(data, "cpu-tcp"), "python", WITHOUT_PIP)
+    line = render_fails(tmp_path, with_stack(tmp_path, data, "nopip", "cpu-tcp", layers))
+    deepspeed = next(x["deepspeed"] for x in layers if "deepspeed" in x)
+    assert (f"stack nopip: deepspeed {deepspeed} installs pip pins with python3 -m pip, but "
+            "python 3.11.2 below it leaves pip out (its options.pip is false in "
+            "stacks/nopip/layers)") in line
+    assert "[rule pip-needs-pip;" in line and "packages.debian.org/bookworm/python3-pip" in line
+
+
+def test_python_without_pip_under_apt_layers_only_is_valid():
+    """cpu-tcp-arm64 goes without pip: none of its layers installs pip pins."""
+    matrix = load_matrix(ROOT / "stacks.yaml")
+    stack = matrix.stack("cpu-tcp-arm64")
+    python = next(x for x in stack.layers if x.component == "python")
+    assert python.spec["options"] == {"pip": False}
+    assert not any(layer.spec.get("pip") for layer in stack.layers)
+    assert check_stack(stack, (CLASSES["pip-needs-pip"],)) == []
 
 
 # --- explained, and the class data checked ------------------------------------------------------

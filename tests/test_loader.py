@@ -177,3 +177,43 @@ def test_bad_requires_entry_is_named(tmp_path):
         '"9.2p1": {source: apt, requires: ["Open MPI"], sources: {requires: "https://x.org/y"}}')
     message = error_of(tmp_path, text)
     assert "stacks.yaml:11" in message and "requires" in message and "'Open MPI'" in message
+
+
+# --- a stack's own options for a layer -------------------------------------------------------
+
+TWO_STACKS = GOOD + """\
+  own:
+    description: the same layers, ssh with options of its own
+    base: debian-12
+    instances: [c5n.18xlarge]
+    fabric: tcp
+    layers:
+      - ssh: {version: "9.2p1", options: {packages: [openssh-server]}}
+      - entrypoint: "0.1.0"
+"""
+
+
+def test_a_stack_gives_a_layer_options_of_its_own_over_its_versions(tmp_path):
+    matrix = load_text(tmp_path, TWO_STACKS)
+    own, small = matrix.stack("own").layers[0], matrix.stack("small").layers[0]
+    assert (own.component, own.version) == ("ssh", "9.2p1")
+    assert own.spec["options"] == {"packages": ["openssh-server"]}
+    assert own.spec["source"] == "apt"  # the rest of the version's entry, unchanged
+    assert small.spec["options"] == {"packages": ["openssh-client"]}  # the version's own, shared
+
+
+def test_a_stacks_layer_options_pass_the_components_schema(tmp_path):
+    message = error_of(tmp_path, TWO_STACKS.replace("{packages: [openssh-server]}",
+                                                    "{pakages: [openssh-server]}"))
+    assert message.startswith(f"{tmp_path / 'stacks.yaml'}:31: stacks/own/layers/0/ssh/options: ")
+    assert "unknown key(s) pakages" in message and "[images/ssh/options.schema.yaml]" in message
+    message = error_of(tmp_path, TWO_STACKS.replace("[openssh-server]", "[]"))
+    assert "stacks/own/layers/0/ssh/options/packages" in message and "\n" not in message
+
+
+def test_a_layer_written_as_a_mapping_needs_its_version_and_options(tmp_path):
+    message = error_of(tmp_path, TWO_STACKS.replace(
+        '{version: "9.2p1", options: {packages: [openssh-server]}}', '{version: "9.2p1"}'))
+    assert "stacks.yaml:31: stacks/own/layers/0/ssh" in message and "options" in message
+    message = error_of(tmp_path, TWO_STACKS.replace('version: "9.2p1"', "version: 9.2"))
+    assert "stacks/own/layers/0/ssh/version" in message and "expected string" in message

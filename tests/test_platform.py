@@ -5,6 +5,7 @@ kubernetes.io/arch."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -170,6 +171,20 @@ def test_an_arm64_layer_of_the_same_dockerfile_gets_another_tag():
     assert same != other
     # amd64 hashes nothing more: its tags are those before stacks had a platform
     assert content_tag("p", "d", [], {}, "linux/amd64") == content_tag("p", "d", [], {})
+
+
+def test_a_bases_include_is_part_of_its_recipe_and_the_default_keeps_the_old_tags():
+    bases = project_matrix().bases
+    amd64, arm64 = bases["debian-12"], bases["debian-12-arm64"]
+    assert bootstrap.packages(amd64) == ["ca-certificates"]  # stacks.yaml names none: the default
+    spelled = dataclasses.replace(amd64, bootstrap={**amd64.bootstrap,
+                                                     "include": ["ca-certificates"]})
+    assert bootstrap.recipe_digest(spelled) == bootstrap.recipe_digest(amd64)
+    # the arm64 base adds nothing to minbase; with the default it would be another recipe
+    assert bootstrap.packages(arm64) == []
+    default = dataclasses.replace(arm64, bootstrap={key: value for key, value in
+                                                    arm64.bootstrap.items() if key != "include"})
+    assert bootstrap.recipe_digest(default) != bootstrap.recipe_digest(arm64)
 
 
 def test_plan_json_shows_each_layers_platform():

@@ -299,6 +299,12 @@ CLASS_CASES = {
         fact_stack([("nccl-tests", "2.17.6", {"requires": ["cuda"]})], {"cuda": "13.2.86"}),
         fact_stack([("nccl-tests", "2.17.6", {})], {"cuda": "13.2.86"}),
     ),
+    # pip pins above a python layer with pip, and above one a stack gave options.pip false
+    "pip-needs-pip": (
+        fact_stack([("python", "3.11.2", {}), ("deepspeed", "0.14.5", _pin())]),
+        fact_stack([("python", "3.11.2", {"options": {"pip": False}}),
+                    ("deepspeed", "0.14.5", _pin())]),
+    ),
     # an amd64 stack (the default platform) on an x86 type, and on a Graviton one
     "instance-platform": (
         fact_stack([], instances=("c5n.18xlarge",)),

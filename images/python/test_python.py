@@ -1,4 +1,5 @@
-"""Python layer: interpreter version equals the matrix; pip works and left no cache."""
+"""Python layer: interpreter version equals the matrix; pip works (or, with ``options.pip``
+false, is absent) and left no cache."""
 
 
 def test_python_version(host, layer):
@@ -6,8 +7,12 @@ def test_python_version(host, layer):
     assert out == layer["version"]
 
 
-def test_pip_runs(host):
-    assert host.run("python3 -m pip --version").rc == 0
+def test_pip_as_the_options_say(host, layer):
+    if layer["spec"].get("options", {}).get("pip", True):
+        assert host.run("python3 -m pip --version").rc == 0
+    else:  # no module pip at all, not only no pip command
+        probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('pip') is not None)"
+        assert host.run(f'python3 -c "{probe}"').rc == 0, "options.pip is false, yet pip is there"
 
 
 def test_no_pip_cache(host):

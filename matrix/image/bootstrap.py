@@ -1,12 +1,13 @@
 """Make a stack's base image available: local, pulled, or bootstrapped from a Debian mirror.
 
 Debian-family bases that declare ``bootstrap`` in stacks.yaml are built with ``mmdebstrap``
-(minbase variant plus ca-certificates) and imported under the base's name, so the default stack
-builds with no registry at all. A foreign ``architecture`` (arm64 on an amd64 host) is
-bootstrapped under qemu-user-static (binfmt_misc) and loaded with an image config that records
-it: ``docker import`` on engine 20.10 records the host's architecture whatever ``--platform``
-says (moby/moby#42813; fixed only with API v1.42, Docker 23.0). Builds on this engine do not
-enforce a platform either, so :func:`check_architecture` compares every base with its stack.
+(minbase variant plus the base's ``include``, ca-certificates unless it names others) and
+imported under the base's name, so the default stack builds with no registry at all. A foreign
+``architecture`` (arm64 on an amd64 host) is bootstrapped under qemu-user-static (binfmt_misc)
+and loaded with an image config that records it: ``docker import`` on engine 20.10 records the
+host's architecture whatever ``--platform`` says (moby/moby#42813; fixed only with API v1.42,
+Docker 23.0). Builds on this engine do not enforce a platform either, so
+:func:`check_architecture` compares every base with its stack.
 
 The bootstrapped root gets the apt and dpkg settings the official
 Debian image carries (:data:`DOCKER_CONFIG`), so no layer keeps apt's caches; a local
@@ -202,12 +203,12 @@ def bootstrap(client: docker.DockerClient, base: Base) -> None:
         apt_install("mmdebstrap")
     ensure_emulation(arch)
     components = ",".join(spec.get("components", ["main"]))
+    include = [f"--include={','.join(packages(base))}"] if packages(base) else []
     with tempfile.TemporaryDirectory(prefix="mnp-base-") as tmp:
         tarball = Path(tmp) / "rootfs.tar"
         config = Path(tmp) / "config"
         _write_docker_config(config)
-        command = ["mmdebstrap", f"--architectures={arch}", "--variant=minbase",
-                   "--include=ca-certificates",
+        command = ["mmdebstrap", f"--architectures={arch}", "--variant=minbase", *include,
                    f"--components={components}", "--quiet",
                    f"--customize-hook=sync-in {config} /",
                    f"--customize-hook={_CLEAN_HOOK}",
@@ -308,10 +309,23 @@ def _stop_group(proc: subprocess.Popen) -> None:
             return
 
 
+# What mmdebstrap adds to minbase when a base's bootstrap names no ``include``: what every
+# bootstrap included before bases could say.
+DEFAULT_INCLUDE = ("ca-certificates",)
+
+
+def packages(base: Base) -> list[str]:
+    """The packages a base's bootstrap adds to minbase (its ``include``, else the default)."""
+    return list((base.bootstrap or {}).get("include", DEFAULT_INCLUDE))
+
+
 def recipe_digest(base: Base) -> str:
     """A short hash of everything that decides a bootstrapped base's content except the mirror's
-    state: rendering puts it into the first layer's Dockerfile, so content tags change with it."""
-    recipe = {"bootstrap": base.bootstrap, "variant": "minbase", "include": ["ca-certificates"],
+    state: rendering puts it into the first layer's Dockerfile, so content tags change with it.
+    ``include`` is hashed in its own key, where it always was, so a base that spells out the
+    default keeps its digest and the tags of every layer on it."""
+    bootstrap = {key: value for key, value in (base.bootstrap or {}).items() if key != "include"}
+    recipe = {"bootstrap": bootstrap, "variant": "minbase", "include": packages(base),
               "config": DOCKER_CONFIG, "hooks": [_CLEAN_HOOK]}
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
 

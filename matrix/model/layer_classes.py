@@ -11,6 +11,8 @@ class's entry in ``rules.yaml`` (each with its source):
   and re-derived by the tests) must be made for the base's distribution: a Debian revision
   (``+b1``, ``+deb12u1``) on an Ubuntu base, or an Ubuntu one (``ubuntu1``, ``build1``,
   ``~22.04``) on a Debian base, is a package apt cannot find.
+* ``pip-needs-pip``: a layer with pip pins runs ``python3 -m pip``, so a stack's python layer
+  below it cannot leave pip out (``options.pip: false``).
 * ``cuda13-facts``: in a CUDA 13 stack every layer declares the facts the classes read (``os``
   for apt pins, ``requires`` for what is built or pip-installed, ``cuda`` for GPU components, a
   ``tag`` per pip pin), so none of them passes a class by leaving its fact out.
@@ -164,6 +166,29 @@ def check_cuda13_facts(stack: Stack, rule: Rule) -> list[Violation]:
     return violations
 
 
+# --- pip-needs-pip -------------------------------------------------------------------------------
+
+
+def check_pip_needs_pip(stack: Stack, rule: Rule) -> list[Violation]:
+    """A layer with pip pins runs pip (images/_macros.j2 ``pip_install``: ``python3 -m pip``), so
+    the stack's ``rule.data['provider']`` layer below it must not leave pip out (its
+    ``options.pip`` false)."""
+    provider = rule.data["provider"]
+    violations = []
+    for index, layer in enumerate(stack.layers):
+        if not layer.spec.get("pip"):
+            continue
+        without = [x for x in stack.layers[:index] if x.component == provider
+                   and (x.spec.get("options") or {}).get("pip", True) is False]
+        if without:
+            detail = (f"{layer.label} installs pip pins with python3 -m pip, but {without[0].label}"
+                      f" below it leaves pip out (its options.pip is false in stacks/"
+                      f"{stack.name}/layers)")
+            violations.append(Violation(stack, rule, layer.label, "pip", "options.pip: false",
+                                        ("pip",), detail))
+    return violations
+
+
 def check_data(rule: Rule, where: str) -> None:
     """Refuse a class entry whose regular expressions do not compile, in one line."""
     patterns = [(f"markers.{family}", p) for family, ps in rule.data.get("markers", {}).items()
@@ -181,4 +206,5 @@ CHECKS: dict[str, Callable[[Stack, Rule], list[Violation]]] = {
     "component-needs": check_component_needs,
     "distribution-family": check_distribution_family,
     "cuda13-facts": check_cuda13_facts,
+    "pip-needs-pip": check_pip_needs_pip,
 }

@@ -145,7 +145,8 @@ def _stack(name: str, spec: dict[str, Any], bases: dict[str, Base],
                         f"{spec['base']!r} (bases: {', '.join(sorted(bases))})")
     layers: list[ComponentVersion] = []
     for index, entry in enumerate(spec["layers"]):
-        (component, version), = entry.items()
+        (component, written), = entry.items()
+        version, options = _layer_entry(written)
         at = located.where(here + ("layers", index))
         if component not in components:
             raise UserError(f"{at}: stacks/{name}/layers/{index}: unknown component "
@@ -156,7 +157,8 @@ def _stack(name: str, spec: dict[str, Any], bases: dict[str, Base],
                             f"{excerpt(version)} (declared: {', '.join(map(key_text, versions))})")
         if any(layer.component == component for layer in layers):
             raise UserError(f"{at}: stacks/{name}/layers/{index}: {component} appears twice")
-        layers.append(ComponentVersion(component, version, versions[version]))
+        layers.append(ComponentVersion(component, version,
+                                       with_options(versions[version], options)))
     _check_instances(name, spec, located)
     _check_ci_runner(name, spec, located)
     return Stack(
@@ -167,6 +169,22 @@ def _stack(name: str, spec: dict[str, Any], bases: dict[str, Base],
         size_budget_mb=spec.get("size_budget_mb"),
         layer_budget_mb=_layer_budget(spec.get("layer_budget_mb")),
     )
+
+
+def _layer_entry(written: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A stack's layer entry as (version, the stack's own options): ``"3.11.2"`` or
+    ``{version: "3.11.2", options: {pip: false}}``."""
+    if isinstance(written, dict):
+        return written["version"], written["options"]
+    return written, {}
+
+
+def with_options(vspec: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """A version's spec with a stack's options over its own (the version's entry is shared by
+    every stack that names it, so it is copied, never changed)."""
+    if not options:
+        return vspec
+    return {**vspec, "options": {**(vspec.get("options") or {}), **options}}
 
 
 def _layer_budget(value: int | dict[str, int] | None) -> tuple[tuple[str, int], ...]:

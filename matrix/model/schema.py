@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import sys
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -124,7 +125,8 @@ OPTIONS_SCHEMA = "options.schema.yaml"
 
 
 def check_options(located: yamlsrc.Located, images: Path | None = None) -> None:
-    """Each component version's ``options`` against ``images/<component>/options.schema.yaml``.
+    """Each component version's ``options`` against ``images/<component>/options.schema.yaml``,
+    and each stack's options for a layer, over its version's, against the same schema.
 
     Runs before any template sees the options. A component without that file takes no options.
     """
@@ -133,10 +135,11 @@ def check_options(located: yamlsrc.Located, images: Path | None = None) -> None:
                            {version: ("options" in vspec, vspec.get("options"))
                             for version, vspec in cspec["versions"].items()})
                for component, cspec in located.data["components"].items()}
-    key = _pass_key("options", checked)
+    key = _pass_key("options", checked, list(_stack_layer_options(located.data)))
     if passed_before(PASSES, key):
         return
     _check_each_options(located, folder)
+    _check_stack_layer_options(located, folder)
     remember_pass(PASSES, key)
 
 
@@ -168,6 +171,41 @@ def _check_each_options(located: yamlsrc.Located, images: Path) -> None:
                 at = here + tuple(first.absolute_path)
                 raise UserError(f"{located.where(at)}: {'/'.join(map(key_text, at))}: "
                                 f"{_describe(first)} [images/{component}/{OPTIONS_SCHEMA}]")
+
+
+def _stack_layer_options(data: dict[str, Any]) -> Iterator[tuple[str, int, str, str, dict]]:
+    """(stack, layer index, component, version, the stack's options) for every layer a stack
+    gives options of its own (``component: {version: V, options: {...}}``)."""
+    for stack, spec in data["stacks"].items():
+        for index, entry in enumerate(spec["layers"]):
+            (component, written), = entry.items()
+            if isinstance(written, dict):
+                yield stack, index, component, written["version"], written["options"]
+
+
+def _check_stack_layer_options(located: yamlsrc.Located, images: Path) -> None:
+    """A stack's options for a layer, merged over its version's, must pass the component's
+    schema; an unknown component or version is left to the loader, which names it."""
+    jsonschema = jsonschema_library()
+    components = located.data["components"]
+    for stack, index, component, version, options in _stack_layer_options(located.data):
+        vspec = components.get(component, {}).get("versions", {}).get(version)
+        if vspec is None:
+            continue
+        here = ("stacks", stack, "layers", index, component, "options")
+        rule = options_schema(images / component / OPTIONS_SCHEMA)
+        if rule is None:
+            raise UserError(f"{located.where(here)}: {'/'.join(map(key_text, here))}: component "
+                            f"{component} takes no options (it has no "
+                            f"images/{component}/{OPTIONS_SCHEMA})")
+        merged = {**(vspec.get("options") or {}), **options}
+        errors = list(jsonschema.Draft202012Validator(rule).iter_errors(merged))
+        if errors:
+            first = jsonschema.exceptions.best_match(errors)
+            path = tuple(first.absolute_path)
+            at = here + path if path and path[0] in options else here
+            raise UserError(f"{located.where(at)}: {'/'.join(map(key_text, at))}: "
+                            f"{_describe(first)} [images/{component}/{OPTIONS_SCHEMA}]")
 
 
 @cache
