@@ -278,6 +278,21 @@ def test_stacks_table_names_python_once_on_debian_12():
     assert cpu_block.count("python ") == 1, cpu_block
 
 
+def test_stacks_say_the_options_a_stack_gives_its_layer():
+    """cpu-tcp-arm64's python layer goes without pip: the listing and its JSON say so, and the
+    same layer of cpu-tcp, with its version's own options, says nothing more."""
+    data = json.loads(invoke("stacks", "--json").stdout)
+    rows = {row["name"]: row for row in data["stacks"]}
+    layers = {stack: {x["component"]: x for x in rows[stack]["layers"]}
+              for stack in ("cpu-tcp-arm64", "cpu-tcp")}
+    assert layers["cpu-tcp-arm64"]["python"] == {"component": "python", "version": "3.11.2",
+                                                 "options": {"pip": False}}
+    assert layers["cpu-tcp"]["python"] == {"component": "python", "version": "3.11.2"}
+    wide = invoke("stacks", env={"COLUMNS": "400"}).stdout
+    block = wide.split("\ncpu-tcp-arm64: ", 1)[1].split("\n\n", 1)[0]
+    assert "python 3.11.2 (pip: false), entrypoint 0.1.0" in block, block
+
+
 def test_piped_tables_fit_100_columns():
     proc = invoke("stacks")
     assert proc.returncode == 0

@@ -49,7 +49,8 @@ def stacks_data(matrix: Matrix) -> list[dict[str, Any]]:
             "name": name, "default": name == default_stack(matrix),
             "base": {"name": stack.base.name, "image": stack.base.image,
                      "provides": dict(stack.base.provides)},
-            "layers": [{"component": layer.component, "version": layer.version}
+            "layers": [{"component": layer.component, "version": layer.version,
+                        **({"options": layer.stack_options} if layer.stack_options else {})}
                        for layer in stack.layers],
             "instances": list(stack.instances), "fabric": stack.fabric,
             "valid": not violations,
@@ -80,11 +81,19 @@ def _violation_text(violation: Violation) -> str:
 
 
 def component_parts(row: dict[str, Any]) -> list[str]:
-    """``name version`` for what the base provides, then each layer; a component that is both
-    (python on the debian-12 bases) is shown once, as its layer."""
+    """``name version`` for what the base provides, then each layer, with the options its stack
+    gives it (``python 3.11.2 (pip: false)``); a component that is both (python on the debian-12
+    bases) is shown once, as its layer."""
     layered = {layer["component"] for layer in row["layers"]}
     parts = [f"{k} {v}" for k, v in row["base"]["provides"].items() if k not in layered]
-    return parts + [f"{layer['component']} {layer['version']}" for layer in row["layers"]]
+    return parts + [f"{layer['component']} {layer['version']}{_options_text(layer)}"
+                    for layer in row["layers"]]
+
+
+def _options_text(layer: dict[str, Any]) -> str:
+    """`` (key: value, ...)`` for the options a stack gives its layer, values as JSON writes them."""
+    options = layer.get("options") or {}
+    return f" ({', '.join(f'{k}: {json.dumps(v)}' for k, v in options.items())})" if options else ""
 
 
 def status(row: dict[str, Any]) -> str:

@@ -102,6 +102,9 @@ class ComponentVersion:
     component: str
     version: str
     spec: dict[str, Any]
+    # The options the stack gives this layer itself (``component: {version, options}``), already
+    # merged over the version's in ``spec``; kept apart so listings can say what the stack chose.
+    stack_options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def source(self) -> str:

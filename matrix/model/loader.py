@@ -158,7 +158,7 @@ def _stack(name: str, spec: dict[str, Any], bases: dict[str, Base],
         if any(layer.component == component for layer in layers):
             raise UserError(f"{at}: stacks/{name}/layers/{index}: {component} appears twice")
         layers.append(ComponentVersion(component, version,
-                                       with_options(versions[version], options)))
+                                       _with_options(versions[version], options), options))
     _check_instances(name, spec, located)
     _check_ci_runner(name, spec, located)
     return Stack(
@@ -179,7 +179,7 @@ def _layer_entry(written: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return written, {}
 
 
-def with_options(vspec: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+def _with_options(vspec: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
     """A version's spec with a stack's options over its own (the version's entry is shared by
     every stack that names it, so it is copied, never changed)."""
     if not options:
