@@ -203,7 +203,8 @@ def bootstrap(client: docker.DockerClient, base: Base) -> None:
         apt_install("mmdebstrap")
     ensure_emulation(arch)
     components = ",".join(spec.get("components", ["main"]))
-    include = [f"--include={','.join(packages(base))}"] if packages(base) else []
+    added = packages(base)
+    include = [f"--include={','.join(added)}"] if added else []
     with tempfile.TemporaryDirectory(prefix="mnp-base-") as tmp:
         tarball = Path(tmp) / "rootfs.tar"
         config = Path(tmp) / "config"

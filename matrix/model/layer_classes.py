@@ -174,19 +174,15 @@ def check_pip_needs_pip(stack: Stack, rule: Rule) -> list[Violation]:
     the stack's ``rule.data['provider']`` layer below it must not leave pip out (its
     ``options.pip`` false)."""
     provider = rule.data["provider"]
-    violations = []
-    for index, layer in enumerate(stack.layers):
-        if not layer.spec.get("pip"):
-            continue
-        without = [x for x in stack.layers[:index] if x.component == provider
-                   and (x.spec.get("options") or {}).get("pip", True) is False]
-        if without:
-            detail = (f"{layer.label} installs pip pins with python3 -m pip, but {without[0].label}"
-                      f" below it leaves pip out (its options.pip is false in stacks/"
-                      f"{stack.name}/layers)")
-            violations.append(Violation(stack, rule, layer.label, "pip", "options.pip: false",
-                                        ("pip",), detail))
-    return violations
+    dropped = next((index for index, layer in enumerate(stack.layers) if layer.component == provider
+                    and (layer.spec.get("options") or {}).get("pip", True) is False), None)
+    if dropped is None:
+        return []
+    without = stack.layers[dropped].label
+    return [Violation(stack, rule, layer.label, "pip", "options.pip: false", ("pip",),
+                      f"{layer.label} installs pip pins with python3 -m pip, but {without} below "
+                      f"it leaves pip out (its options.pip is false in stacks/{stack.name}/layers)")
+            for layer in stack.layers[dropped + 1:] if layer.spec.get("pip")]
 
 
 def check_data(rule: Rule, where: str) -> None:

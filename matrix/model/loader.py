@@ -22,7 +22,7 @@ from matrix.model.entities import (
     specifier,
 )
 from matrix.model.instances import INSTANCE_TYPES, TABLE
-from matrix.model.schema import check_options, check_schema, key_text
+from matrix.model.schema import check_options, check_schema, key_text, layer_entry
 from matrix.model.settings import ROOT
 
 
@@ -145,8 +145,7 @@ def _stack(name: str, spec: dict[str, Any], bases: dict[str, Base],
                         f"{spec['base']!r} (bases: {', '.join(sorted(bases))})")
     layers: list[ComponentVersion] = []
     for index, entry in enumerate(spec["layers"]):
-        (component, written), = entry.items()
-        version, options = _layer_entry(written)
+        component, version, options = layer_entry(entry)
         at = located.where(here + ("layers", index))
         if component not in components:
             raise UserError(f"{at}: stacks/{name}/layers/{index}: unknown component "
@@ -169,14 +168,6 @@ def _stack(name: str, spec: dict[str, Any], bases: dict[str, Base],
         size_budget_mb=spec.get("size_budget_mb"),
         layer_budget_mb=_layer_budget(spec.get("layer_budget_mb")),
     )
-
-
-def _layer_entry(written: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """A stack's layer entry as (version, the stack's own options): ``"3.11.2"`` or
-    ``{version: "3.11.2", options: {pip: false}}``."""
-    if isinstance(written, dict):
-        return written["version"], written["options"]
-    return written, {}
 
 
 def _with_options(vspec: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:

@@ -153,59 +153,65 @@ def _schema_text(path: Path) -> str | None:
 
 
 def _check_each_options(located: yamlsrc.Located, images: Path) -> None:
-    jsonschema = jsonschema_library()
     for component, cspec in located.data["components"].items():
-        schema_file = images / component / OPTIONS_SCHEMA
-        rule = options_schema(schema_file)
         for version, vspec in cspec["versions"].items():
-            here = ("components", component, "versions", version, "options")
-            if rule is None:
-                if "options" in vspec:
-                    raise UserError(f"{located.where(here)}: {'/'.join(here)}: component "
-                                    f"{component} takes no options (it has no "
-                                    f"images/{component}/{OPTIONS_SCHEMA})")
-                continue
-            errors = list(jsonschema.Draft202012Validator(rule).iter_errors(vspec.get("options", {})))
-            if errors:
-                first = jsonschema.exceptions.best_match(errors)
-                at = here + tuple(first.absolute_path)
-                raise UserError(f"{located.where(at)}: {'/'.join(map(key_text, at))}: "
-                                f"{_describe(first)} [images/{component}/{OPTIONS_SCHEMA}]")
+            if "options" in vspec or options_schema(images / component / OPTIONS_SCHEMA) is not None:
+                _require_valid_options(located, ("components", component, "versions", version,
+                                                  "options"), component,
+                                       vspec.get("options", {}), images)
+
+
+def _require_valid_options(located: yamlsrc.Located, here: tuple, component: str,
+                           options: dict[str, Any], images: Path,
+                           own: dict[str, Any] | None = None) -> None:
+    """``options`` (at ``here`` in the file) against ``images/<component>/options.schema.yaml``,
+    the first error as one line; a component without that file takes none. Where the options are
+    a stack's ``own`` merged over its version's, an error in a key of the version's is placed at
+    the stack's entry (``here``), not inside it."""
+    rule = options_schema(images / component / OPTIONS_SCHEMA)
+    if rule is None:
+        raise UserError(f"{located.where(here)}: {'/'.join(map(key_text, here))}: component "
+                        f"{component} takes no options (it has no "
+                        f"images/{component}/{OPTIONS_SCHEMA})")
+    jsonschema = jsonschema_library()
+    errors = list(jsonschema.Draft202012Validator(rule).iter_errors(options))
+    if errors:
+        first = jsonschema.exceptions.best_match(errors)
+        path = tuple(first.absolute_path)
+        at = here + path if own is None or (path and path[0] in own) else here
+        raise UserError(f"{located.where(at)}: {'/'.join(map(key_text, at))}: "
+                        f"{_describe(first)} [images/{component}/{OPTIONS_SCHEMA}]")
+
+
+def layer_entry(entry: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """A stack's layer entry, in either form the schema allows, as (component, version, the
+    stack's own options): ``python: "3.11.2"`` or ``python: {version: "3.11.2", options: {...}}``."""
+    (component, written), = entry.items()
+    if isinstance(written, dict):
+        return component, written["version"], written["options"]
+    return component, written, {}
 
 
 def _stack_layer_options(data: dict[str, Any]) -> Iterator[tuple[str, int, str, str, dict]]:
     """(stack, layer index, component, version, the stack's options) for every layer a stack
-    gives options of its own (``component: {version: V, options: {...}}``)."""
+    gives options of its own."""
     for stack, spec in data["stacks"].items():
         for index, entry in enumerate(spec["layers"]):
-            (component, written), = entry.items()
-            if isinstance(written, dict):
-                yield stack, index, component, written["version"], written["options"]
+            component, version, options = layer_entry(entry)
+            if options:
+                yield stack, index, component, version, options
 
 
 def _check_stack_layer_options(located: yamlsrc.Located, images: Path) -> None:
     """A stack's options for a layer, merged over its version's, must pass the component's
     schema; an unknown component or version is left to the loader, which names it."""
-    jsonschema = jsonschema_library()
     components = located.data["components"]
     for stack, index, component, version, options in _stack_layer_options(located.data):
         vspec = components.get(component, {}).get("versions", {}).get(version)
-        if vspec is None:
-            continue
-        here = ("stacks", stack, "layers", index, component, "options")
-        rule = options_schema(images / component / OPTIONS_SCHEMA)
-        if rule is None:
-            raise UserError(f"{located.where(here)}: {'/'.join(map(key_text, here))}: component "
-                            f"{component} takes no options (it has no "
-                            f"images/{component}/{OPTIONS_SCHEMA})")
-        merged = {**(vspec.get("options") or {}), **options}
-        errors = list(jsonschema.Draft202012Validator(rule).iter_errors(merged))
-        if errors:
-            first = jsonschema.exceptions.best_match(errors)
-            path = tuple(first.absolute_path)
-            at = here + path if path and path[0] in options else here
-            raise UserError(f"{located.where(at)}: {'/'.join(map(key_text, at))}: "
-                            f"{_describe(first)} [images/{component}/{OPTIONS_SCHEMA}]")
+        if vspec is not None:
+            _require_valid_options(located, ("stacks", stack, "layers", index, component,
+                                             "options"), component,
+                                   {**(vspec.get("options") or {}), **options}, images, own=options)
 
 
 @cache
